@@ -1,0 +1,29 @@
+"""Errors a user can cause. Each carries a one-line message fit for a command line."""
+
+
+class PdcalcError(Exception):
+    """Base class of every error caused by user input (unknown name, bad file, impossible layout)."""
+
+
+class UnknownNameError(PdcalcError, KeyError):
+    """A preset name that does not exist; the message lists the known ones."""
+
+    def __init__(self, kind: str, name: str, known):
+        self.kind, self.name, self.known = kind, name, sorted(known)
+        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(self.known)}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class ConfigError(PdcalcError, ValueError):
+    """A configuration file that is malformed, unsupported, or has a nonsensical field."""
+
+    def __init__(self, source: str, field: str | None, message: str):
+        self.source, self.field = source, field
+        where = f"{source}: field {field!r}" if field else str(source)
+        super().__init__(f"{where}: {message}")
+
+
+class LayoutError(PdcalcError, ValueError):
+    """A parallel layout that cannot exist (e.g. experts that cannot be spread over the EP group)."""
