@@ -171,10 +171,13 @@ def config_from_dict(data: dict, *, name: str, source: str) -> ModelConfig:
         known["compress_ratios"] = tuple(known["compress_ratios"])
     if data.get("model_type") == "deepseek_v3" and known.get("q_lora_rank") in (0,):
         known["q_lora_rank"] = None
-    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                 "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "qk_rope_head_dim"):
-        if name not in known:
-            raise ConfigError(source, name, "missing")
+    if data["model_type"] not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(source, "model_type", f"unsupported model_type {data['model_type']!r} "
+                          f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "qk_rope_head_dim"):
+        if key not in known:
+            raise ConfigError(source, key, "missing")
     known.setdefault("num_key_value_heads", known["num_attention_heads"])
     known.setdefault("n_shared_experts", 0)
     known.setdefault("q_lora_rank", None)

@@ -1,0 +1,6 @@
+"""Recomputations of the articles' numbers, one module per chapter.
+
+Importing this package registers every recomputation with :func:`pdcalc.claims.recomputes`.
+"""
+
+from pdcalc.audit import architecture  # noqa: F401

@@ -1,0 +1,1 @@
+"""Recomputations for the model-architecture chapter."""

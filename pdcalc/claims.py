@@ -1,0 +1,259 @@
+"""The claims registry: every number the two audited articles print, recomputed.
+
+The printed numbers are data (``pdcalc/data/claims/v4.toml`` and ``v3.toml``: section, quantity, the
+characters as printed, value and unit as printed). Recomputations are functions registered with
+:func:`recomputes`, each returning the value in the claim's printed unit from the article's own
+assumptions (or from the official model where the claim is a fact about it), with a one-line method
+and, where the article is wrong, the explanation of the cause.
+
+Verdicts are computed, never typed:
+
+``match``
+    the recomputed value, rounded to the printed precision, equals the printed value
+    (a bound such as "<0.02 GB" holds);
+``rounding``
+    off by at most one unit in the last printed digit, or printed as approximate ("~", "≈", "约")
+    and within :data:`APPROX_REL_TOL`;
+``erratum``
+    anything else; an explanation is required;
+``input``
+    a stated assumption or fact with no recomputation;
+``pending``
+    a derived number whose recomputation is not written yet.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Callable
+
+import pandas as pd
+
+from pdcalc.errors import UnknownNameError
+
+ARTICLES = {
+    "v4": "deepseek-v4-flash-910b-pd-analysis.zh.txt",
+    "v3": "deepseek-v3-910b2-tp-dp-deployment.zh.txt",
+}
+#: Relative tolerance for numbers printed as approximate ("~", "≈", "约", "量级").
+APPROX_REL_TOL = 0.05
+VERDICTS = ("match", "rounding", "erratum", "input", "pending")
+_APPROX_MARKS = ("~", "≈", "约", "量级", "左右", "大约")
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """How pdcalc recomputes one claim."""
+
+    fn: Callable[[], float | tuple]
+    method: str
+    why: str = ""          # explanation of a mismatch (required when the verdict is erratum)
+
+
+_REGISTRY: dict[str, Recompute] = {}
+
+
+def recomputes(*claim_ids: str, method: str, why: str = ""):
+    """Register ``fn`` as the recomputation of ``claim_ids`` (same function, same method)."""
+
+    def deco(fn):
+        for cid in claim_ids:
+            if cid in _REGISTRY:
+                raise ValueError(f"claim {cid} registered twice")
+            _REGISTRY[cid] = Recompute(fn=fn, method=method, why=why)
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One printed number and its audit."""
+
+    id: str
+    article: str
+    section: str
+    where: str
+    quantity: str
+    printed: str
+    value: float | tuple
+    unit: str
+    kind: str
+    formula: str = ""
+    note: str = ""
+    occurrences: int = 1
+    recomputed: float | tuple | None = None
+    method: str = ""
+    verdict: str = "pending"
+    explanation: str = ""
+    delta: float | None = None
+
+
+def _decimals(printed: str, value: float) -> int:
+    """Decimal places of the printed number equal to ``value`` (thousands separators ignored)."""
+    for tok in re.findall(r"\d[\d,]*(?:\.\d+)?", printed):
+        num = tok.replace(",", "")
+        try:
+            if math.isclose(float(num), float(value), rel_tol=1e-12, abs_tol=1e-12):
+                return len(num.split(".")[1]) if "." in num else 0
+        except ValueError:
+            continue
+    text = repr(float(value))
+    return 0 if float(value).is_integer() else len(text.split(".")[1])
+
+
+def _bound(printed: str) -> str | None:
+    p = printed.strip()
+    for mark in ("<=", "≤", ">=", "≥", "<", ">"):
+        if p.startswith(mark) or p.startswith("~" + mark):
+            return mark
+    return None
+
+
+def judge(printed: str, value, recomputed) -> tuple[str, float | None]:
+    """Verdict and signed difference (recomputed - printed) of one number."""
+    if isinstance(value, (list, tuple)):
+        if not isinstance(recomputed, (list, tuple)) or len(recomputed) != len(value):
+            raise TypeError("a printed range needs a recomputed range")
+        parts = [judge(printed, v, r) for v, r in zip(value, recomputed)]
+        order = ("match", "rounding", "erratum")
+        worst = max((p[0] for p in parts), key=order.index)
+        return worst, max((p[1] for p in parts), key=abs)
+    v, r = float(value), float(recomputed)
+    delta = r - v
+    bound = _bound(printed)
+    if bound is not None:
+        ok = {"<": r < v, "≤": r <= v, "<=": r <= v, ">": r > v, "≥": r >= v, ">=": r >= v}[bound]
+        return ("match" if ok else "erratum"), delta
+    d = _decimals(printed, v)
+    unit = 10.0 ** -d
+    if abs(delta) <= 0.5 * unit * (1 + 1e-9) + 1e-12 * abs(v):
+        return "match", delta
+    if abs(delta) <= unit * (1 + 1e-9):
+        return "rounding", delta
+    if any(m in printed for m in _APPROX_MARKS) and v != 0 and abs(delta) / abs(v) <= APPROX_REL_TOL:
+        return "rounding", delta
+    return "erratum", delta
+
+
+@cache
+def _raw(article: str) -> tuple[dict, ...]:
+    path = resources.files("pdcalc").joinpath("data", "claims", f"{article}.toml")
+    if not path.is_file():
+        return ()
+    with path.open("rb") as fh:
+        return tuple(tomllib.load(fh)["claim"])
+
+
+def _load_recomputations() -> None:
+    # importing the audit modules registers their recomputations
+    from pdcalc import audit  # noqa: F401
+
+
+def _evaluate(raw: dict, article: str) -> Claim:
+    value = raw["value"]
+    value = tuple(value) if isinstance(value, list) else value
+    c = Claim(id=raw["id"], article=article, section=str(raw["section"]), where=raw.get("where", ""),
+              quantity=raw["quantity"], printed=raw["printed"], value=value, unit=raw["unit"],
+              kind=raw["kind"], formula=raw.get("formula", ""), note=raw.get("note", ""),
+              occurrences=raw.get("occurrences", 1))
+    rc = _REGISTRY.get(c.id)
+    if rc is None:
+        return replace(c, verdict="input" if c.kind == "input" else "pending")
+    rec = rc.fn()
+    rec = tuple(rec) if isinstance(rec, list) else rec
+    verdict, delta = judge(c.printed, c.value, rec)
+    return replace(c, recomputed=rec, method=rc.method, verdict=verdict, explanation=rc.why, delta=delta)
+
+
+def claims(article: str | None = None) -> list[Claim]:
+    """All claims (of one article: ``"v4"`` or ``"v3"``), evaluated."""
+    _load_recomputations()
+    if article is not None and article not in ARTICLES:
+        raise UnknownNameError("article", article, ARTICLES)
+    out: list[Claim] = []
+    for a in ([article] if article else list(ARTICLES)):
+        out += [_evaluate(r, a) for r in _raw(a)]
+    return out
+
+
+def get_claim(claim_id: str) -> Claim:
+    """One evaluated claim by id."""
+    for c in claims(claim_id.split("-", 1)[0] if claim_id.split("-", 1)[0] in ARTICLES else None):
+        if c.id == claim_id:
+            return c
+    raise UnknownNameError("claim", claim_id, [c.id for c in claims()])
+
+
+def frame(article: str | None = None, *, sections: tuple[str, ...] | None = None,
+          ids: list[str] | None = None) -> pd.DataFrame:
+    """The registry as a table: ``id, article, section, quantity, article_value, article_unit,
+    recomputed_value, delta, verdict, explanation`` (plus printed, where, method).
+
+    ``sections`` keeps claims whose section starts with one of the prefixes (``"5.2"`` keeps 5.2.1 ...).
+    """
+    rows = []
+    for c in claims(article):
+        if sections and not any(c.section == s or c.section.startswith(s + ".") for s in sections):
+            continue
+        if ids is not None and c.id not in ids:
+            continue
+        rows.append({
+            "id": c.id, "article": c.article, "section": c.section, "quantity": c.quantity,
+            "printed": c.printed, "article_value": c.value, "article_unit": c.unit,
+            "recomputed_value": c.recomputed, "delta": c.delta, "verdict": c.verdict,
+            "explanation": c.explanation,
+            "method": c.method, "where": c.where, "kind": c.kind,
+        })
+    df = pd.DataFrame(rows)
+    if ids is not None and not df.empty:
+        df = df.set_index("id").loc[[i for i in ids if i in set(df["id"])]].reset_index()
+    return df
+
+
+def problems(article: str | None = None) -> list[str]:
+    """Registry defects: errata without an explanation, explanations left on matching numbers,
+    recomputations registered for ids that do not exist."""
+    out = []
+    cs = claims(article)
+    for c in cs:
+        rc = _REGISTRY.get(c.id)
+        if c.verdict == "erratum" and not (rc and rc.why):
+            out.append(f"{c.id}: erratum without an explanation (printed {c.printed}, recomputed {c.recomputed})")
+        if c.verdict == "match" and rc and rc.why:
+            out.append(f"{c.id}: explanation given but the number matches (stale explanation?)")
+    if article is None:
+        known = {c.id for c in cs}
+        out += [f"{cid}: recomputation registered for an unknown claim id" for cid in _REGISTRY if cid not in known]
+    return out
+
+
+def audit_table(ids: list[str] | None = None, *, article: str | None = None,
+                sections: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The chapter view: ``section | quantity | article | recomputed | delta | verdict | why``."""
+    df = frame(article, sections=sections, ids=ids)
+    if df.empty:
+        return df
+
+    def fmt(x):
+        if x is None or (isinstance(x, float) and math.isnan(x)):
+            return ""
+        if isinstance(x, tuple):
+            return " ~ ".join(fmt(v) for v in x)
+        if isinstance(x, float) and not x.is_integer():
+            return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+        return f"{int(x):,}" if isinstance(x, (int, float)) else str(x)
+
+    return pd.DataFrame({
+        "section": df["section"],
+        "quantity": df["quantity"],
+        "article": df["printed"],
+        "recomputed": [f"{fmt(r)} {u}" if r is not None else "" for r, u in zip(df["recomputed_value"], df["article_unit"])],
+        "verdict": df["verdict"],
+        "why": df["explanation"],
+    })
