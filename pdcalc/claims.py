@@ -12,8 +12,8 @@ Verdicts are computed, never typed:
     the recomputed value, rounded to the printed precision, equals the printed value
     (a bound such as "<0.02 GB" holds);
 ``rounding``
-    off by at most one unit in the last printed digit, or printed as approximate ("~", "≈", "约")
-    and within :data:`APPROX_REL_TOL`;
+    off by more than half but at most one unit in the last significant printed digit (the trailing
+    zeros of a printed integer are not significant: "3,170M" is precise to 10M, "~280GB" to 10 GB);
 ``erratum``
     anything else; an explanation is required;
 ``input``
@@ -40,10 +40,7 @@ ARTICLES = {
     "v4": "deepseek-v4-flash-910b-pd-analysis.zh.txt",
     "v3": "deepseek-v3-910b2-tp-dp-deployment.zh.txt",
 }
-#: Relative tolerance for numbers printed as approximate ("~", "≈", "约", "量级").
-APPROX_REL_TOL = 0.05
 VERDICTS = ("match", "rounding", "erratum", "input", "pending")
-_APPROX_MARKS = ("~", "≈", "约", "量级", "左右", "大约")
 
 
 @dataclass(frozen=True)
@@ -107,6 +104,19 @@ def _decimals(printed: str, value: float) -> int:
     return 0 if float(value).is_integer() else len(text.split(".")[1])
 
 
+def _last_digit_unit(printed: str, value: float) -> float:
+    """Size of one unit in the last significant printed digit (trailing zeros of an integer are not
+    significant: "3,170M" is precise to 10M)."""
+    d = _decimals(printed, value)
+    if d == 0 and float(value).is_integer() and value != 0:
+        n, zeros = int(abs(value)), 0
+        while n % 10 == 0:
+            n //= 10
+            zeros += 1
+        return 10.0 ** zeros
+    return 10.0 ** -d
+
+
 def _bound(printed: str) -> str | None:
     p = printed.strip()
     for mark in ("<=", "≤", ">=", "≥", "<", ">"):
@@ -130,13 +140,10 @@ def judge(printed: str, value, recomputed) -> tuple[str, float | None]:
     if bound is not None:
         ok = {"<": r < v, "≤": r <= v, "<=": r <= v, ">": r > v, "≥": r >= v, ">=": r >= v}[bound]
         return ("match" if ok else "erratum"), delta
-    d = _decimals(printed, v)
-    unit = 10.0 ** -d
+    unit = _last_digit_unit(printed, v)
     if abs(delta) <= 0.5 * unit * (1 + 1e-9) + 1e-12 * abs(v):
         return "match", delta
     if abs(delta) <= unit * (1 + 1e-9):
-        return "rounding", delta
-    if any(m in printed for m in _APPROX_MARKS) and v != 0 and abs(delta) / abs(v) <= APPROX_REL_TOL:
         return "rounding", delta
     return "erratum", delta
 

@@ -1,0 +1,62 @@
+"""Altair charts for the chapters (lowercase axis titles with units; the caption is the title).
+
+Altair is imported lazily: the package itself needs only numpy and pandas.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from pdcalc.inventory import get_inventory
+from pdcalc.report import CLASS_I
+
+CATEGORY_LABELS = {
+    "routed_experts": "routed experts", "shared_experts": "shared experts", "dense_ffn": "dense FFN",
+    "attention": "attention", "kv_compressor": "KV compressors", "indexer": "indexers", "router": "router",
+    "hash_routing": "hash-routing table", "norms": "norms", "mhc": "mHC mixing", "embedding": "embedding",
+    "lm_head": "LM head", "mtp_proj": "MTP projections", "non_expert": "'Dense' (as printed)",
+    "all_experts": "experts (as printed)",
+}
+
+
+def parameters_frame(models: dict[str, str]) -> pd.DataFrame:
+    """Long table ``model, category, class, params_b`` for :func:`parameter_chart`."""
+    rows = []
+    for label, model in models.items():
+        for cat, n in get_inventory(model).by_category().items():
+            rows.append({"model": label, "category": CATEGORY_LABELS.get(cat, cat),
+                         "class": "class I (EP-split)" if cat in CLASS_I else "class II (replicated)",
+                         "params_b": n / 1e9})
+    return pd.DataFrame(rows)
+
+
+def parameter_chart(models: dict[str, str], title: str):
+    """Where the parameters go: class I vs class II per model, and class II by category."""
+    import altair as alt
+
+    df = parameters_frame(models)
+    split = (
+        alt.Chart(df, title="class I vs class II")
+        .mark_bar()
+        .encode(
+            x=alt.X("sum(params_b):Q", title="parameters (billions)"),
+            y=alt.Y("model:N", title=None),
+            color=alt.Color("class:N", title="class", scale=alt.Scale(scheme="tableau10")),
+            tooltip=["model", "class", alt.Tooltip("sum(params_b):Q", format=".3f", title="params (B)")],
+        )
+        .properties(width=260, height=80)
+    )
+    detail = (
+        alt.Chart(df[df["class"] != "class I (EP-split)"], title="class II by category")
+        .mark_bar()
+        .encode(
+            x=alt.X("params_b:Q", title="parameters (billions)"),
+            y=alt.Y("category:N", title=None, sort="-x"),
+            yOffset="model:N",
+            color=alt.Color("model:N", title="model", scale=alt.Scale(scheme="set2")),
+            tooltip=["model", "category", alt.Tooltip("params_b:Q", format=".4f", title="params (B)")],
+        )
+        .properties(width=300, height=alt.Step(9))
+    )
+    return (alt.hconcat(split, detail).resolve_scale(color="independent")
+            .properties(title=title).configure_axis(labelLimit=200))

@@ -1,0 +1,70 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pdcalc import claims
+from pdcalc.claims import judge
+
+
+@pytest.mark.parametrize("printed,value,recomputed,verdict", [
+    ("34.63 GB", 34.63, 34.6282, "match"),           # rounds to the printed digits
+    ("34.63 GB", 34.63, 34.6249, "rounding"),         # one unit in the last digit
+    ("5.90 GB", 5.9, 5.8951, "match"),                # trailing zero counts as a digit
+    ("5.90 GB", 5.9, 5.891, "rounding"),
+    ("~5.9 GB", 5.9, 5.84, "rounding"),               # one unit in the last digit
+    ("~5.9 GB", 5.9, 5.35, "erratum"),                # "~" does not widen the tolerance
+    ("~280GB", 280, 284.3, "match"),                  # trailing zeros are not significant
+    ("3,170M", 3170, 3167.55, "match"),
+    ("~0.2B", 0.2, 0.055, "erratum"),                 # approximate, but 4x off
+    ("25,165,824", 25165824, 25165824, "match"),
+    ("277,071,310,848", 277071310848, 277025390592, "erratum"),
+    ("<0.02 GB", 0.02, 0.0054, "match"),              # a bound that holds
+    ("<0.02 GB", 0.02, 0.035, "erratum"),
+    ("21~42 GB", (21, 42), (21.1, 42.2), "match"),
+    ("21~42 GB", (21, 42), (21.1, 45.0), "erratum"),
+])
+def test_judge(printed, value, recomputed, verdict):
+    assert judge(printed, value, recomputed)[0] == verdict
+
+
+def test_judge_delta_sign():
+    assert judge("10 GB", 10, 12)[1] == pytest.approx(2)
+
+
+def test_every_claim_has_required_fields_and_unique_id():
+    cs = claims.claims()
+    assert cs, "the registry is empty"
+    ids = [c.id for c in cs]
+    assert len(ids) == len(set(ids))
+    for c in cs:
+        assert c.section and c.quantity and c.printed and c.unit and c.kind in ("input", "derived"), c.id
+        assert c.verdict in claims.VERDICTS
+        if c.kind == "derived":
+            assert c.formula, f"{c.id}: derived claim without the article's formula"
+
+
+@pytest.mark.parametrize("article", list(claims.ARTICLES))
+def test_both_articles_extracted(article):
+    assert len(claims.claims(article)) > 50
+
+
+def test_no_unexplained_errata_and_no_stale_explanations():
+    assert claims.problems() == []
+
+
+def test_recomputed_claims_have_a_method():
+    for c in claims.claims():
+        if c.recomputed is not None:
+            assert c.method, c.id
+
+
+def test_cli_claims_json_contract():
+    out = subprocess.run([sys.executable, "-m", "pdcalc.cli", "claims", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    rows = json.loads(out)
+    assert len(rows) == len(claims.claims())
+    for key in ("id", "article", "section", "quantity", "article_value", "article_unit", "recomputed_value",
+                "verdict", "explanation"):
+        assert key in rows[0]
