@@ -49,13 +49,17 @@ class Recompute:
 
     fn: Callable[[], float | tuple]
     method: str
-    why: str = ""          # explanation of a mismatch (required when the verdict is erratum)
+    why: str | Callable[[], str] = ""  # explanation of a mismatch (required for an erratum); a callable
+                                        # builds it from computed numbers
+
+    def explanation(self) -> str:
+        return self.why() if callable(self.why) else self.why
 
 
 _REGISTRY: dict[str, Recompute] = {}
 
 
-def recomputes(*claim_ids: str, method: str, why: str = ""):
+def recomputes(*claim_ids: str, method: str, why: str | Callable[[], str] = ""):
     """Register ``fn`` as the recomputation of ``claim_ids`` (same function, same method)."""
 
     def deco(fn):
@@ -157,6 +161,15 @@ def _raw(article: str) -> tuple[dict, ...]:
         return tuple(tomllib.load(fh)["claim"])
 
 
+def printed_value(claim_id: str):
+    """The value a claim prints, read from the registry data (no recomputation involved)."""
+    article = claim_id.split("-", 1)[0]
+    for raw in _raw(article):
+        if raw["id"] == claim_id:
+            return tuple(raw["value"]) if isinstance(raw["value"], list) else raw["value"]
+    raise UnknownNameError("claim", claim_id, [r["id"] for a in ARTICLES for r in _raw(a)])
+
+
 def _load_recomputations() -> None:
     # importing the audit modules registers their recomputations
     from pdcalc import audit  # noqa: F401
@@ -175,7 +188,7 @@ def _evaluate(raw: dict, article: str) -> Claim:
     rec = rc.fn()
     rec = tuple(rec) if isinstance(rec, list) else rec
     verdict, delta = judge(c.printed, c.value, rec)
-    return replace(c, recomputed=rec, method=rc.method, verdict=verdict, explanation=rc.why, delta=delta)
+    return replace(c, recomputed=rec, method=rc.method, verdict=verdict, explanation=rc.explanation(), delta=delta)
 
 
 def claims(article: str | None = None) -> list[Claim]:
@@ -230,9 +243,9 @@ def problems(article: str | None = None) -> list[str]:
     cs = claims(article)
     for c in cs:
         rc = _REGISTRY.get(c.id)
-        if c.verdict == "erratum" and not (rc and rc.why):
+        if c.verdict == "erratum" and not c.explanation:
             out.append(f"{c.id}: erratum without an explanation (printed {c.printed}, recomputed {c.recomputed})")
-        if c.verdict == "match" and rc and rc.why:
+        if c.verdict == "match" and c.explanation:
             out.append(f"{c.id}: explanation given but the number matches (stale explanation?)")
     if article is None:
         known = {c.id for c in cs}
