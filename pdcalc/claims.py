@@ -215,7 +215,8 @@ def frame(article: str | None = None, *, sections: tuple[str, ...] | None = None
     """The registry as a table: ``id, article, section, quantity, article_value, article_unit,
     recomputed_value, delta, verdict, explanation`` (plus printed, where, method).
 
-    ``sections`` keeps claims whose section starts with one of the prefixes (``"5.2"`` keeps 5.2.1 ...).
+    ``sections`` keeps claims whose section starts with one of the prefixes (``"5.2"`` keeps 5.2.1 ...);
+    ``ids`` keeps the listed claims. Rows stay in the order the article prints them.
     """
     rows = []
     for c in claims(article):
@@ -230,10 +231,7 @@ def frame(article: str | None = None, *, sections: tuple[str, ...] | None = None
             "explanation": c.explanation,
             "method": c.method, "where": c.where, "kind": c.kind,
         })
-    df = pd.DataFrame(rows)
-    if ids is not None and not df.empty:
-        df = df.set_index("id").loc[[i for i in ids if i in set(df["id"])]].reset_index()
-    return df
+    return pd.DataFrame(rows)
 
 
 def problems(article: str | None = None) -> list[str]:
@@ -260,20 +258,27 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
     if df.empty:
         return df
 
-    def fmt(x):
+    def fmt(x, printed):
         if x is None or (isinstance(x, float) and math.isnan(x)):
             return ""
         if isinstance(x, tuple):
-            return " ~ ".join(fmt(v) for v in x)
-        if isinstance(x, float) and not x.is_integer():
-            return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
-        return f"{int(x):,}" if isinstance(x, (int, float)) else str(x)
+            return " ~ ".join(fmt(v, printed) for v in x)
+        if abs(x) >= 1e4 or float(x).is_integer():
+            return f"{x:,.0f}" if float(x).is_integer() or abs(x) >= 1e4 else f"{x:,.2f}"
+        d = min(_printed_decimals(printed) + 2, 6)
+        return f"{x:,.{d}f}"
 
     return pd.DataFrame({
         "section": df["section"],
         "quantity": df["quantity"],
         "article": df["printed"],
-        "recomputed": [f"{fmt(r)} {u}" if r is not None else "" for r, u in zip(df["recomputed_value"], df["article_unit"])],
+        "recomputed": [f"{fmt(r, p)} {u}" if r is not None else "" for r, p, u in
+                       zip(df["recomputed_value"], df["printed"], df["article_unit"])],
         "verdict": df["verdict"],
         "why": df["explanation"],
-    })
+    }).set_index("section")
+
+
+def _printed_decimals(printed: str) -> int:
+    """Most decimal places of any number in a printed string."""
+    return max((len(t.split(".")[1]) for t in re.findall(r"\d+\.\d+", printed)), default=0)

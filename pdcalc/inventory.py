@@ -97,6 +97,11 @@ class Inventory:
     num_experts_per_tok: int
     config: ModelConfig | None = None
     notes: tuple[str, ...] = ()
+    num_hidden_layers: int = 0   # blocks of the main model
+
+    def per_layer(self, category: str) -> float:
+        """Parameters of ``category`` per main-model block, on average."""
+        return self.params(category=category) / self.num_hidden_layers
 
     def frame(self) -> pd.DataFrame:
         """One row per tensor group, with ``params`` = numel x count."""
@@ -219,6 +224,7 @@ def _v3_inventory(cfg: ModelConfig) -> Inventory:
         t.append(M(name=f"{p}.shared_head.norm.weight", module="mtp", category="norms", role="norm", shape=(d,)))
     return Inventory(name=cfg.name, source=cfg.source, tensors=tuple(t), n_routed_experts=cfg.n_routed_experts,
                      num_experts_per_tok=cfg.num_experts_per_tok, config=cfg,
+                     num_hidden_layers=cfg.num_hidden_layers,
                      notes=("MTP: the embedding and the output head are shared with the main model; the "
                             "Hugging Face checkpoint stores copies of both under model.layers.61, which are "
                             "not counted again here.",))
@@ -339,6 +345,7 @@ def _v4_inventory(cfg: ModelConfig) -> Inventory:
         ]
     return Inventory(name=cfg.name, source=cfg.source, tensors=tuple(t), n_routed_experts=cfg.n_routed_experts,
                      num_experts_per_tok=cfg.num_experts_per_tok, config=cfg,
+                     num_hidden_layers=cfg.num_hidden_layers,
                      notes=("MTP: the embedding and the output head are shared with the main model "
                             "(MTPBlock.embed / .head point to them) and are not counted again.",))
 
@@ -364,7 +371,7 @@ def _article_inventory(name: str) -> Inventory:
             ))
     return Inventory(name=name, source=data["source"], tensors=tuple(tensors),
                      n_routed_experts=data["n_routed_experts"], num_experts_per_tok=data["num_experts_per_tok"],
-                     notes=tuple(data.get("notes", ())))
+                     notes=tuple(data.get("notes", ())), num_hidden_layers=layers)
 
 
 @cache

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from functools import cache
 
-from pdcalc.claims import printed_value, recomputes
+from pdcalc.claims import _REGISTRY, printed_value, recomputes
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.model import load_config
 from pdcalc.units import GB, GiB, MB, MiB
 
+_BEFORE = set(_REGISTRY)
 V3, V4 = "deepseek-v3", "deepseek-v4-flash"
 V4A = "deepseek-v4-flash-article"
 
@@ -482,3 +483,7 @@ recomputes("v4-1.4-total-params", method="article shapes: every tensor, B params
     lambda: _b(_p(V4A)))
 recomputes("v4-1.4-total-bytes", "v4-5.1-total-bytes", method="article: every tensor x 1 B, GB", why=_total_why)(
     lambda: _p(V4A) / GB)
+
+
+#: The claims this chapter recomputes, in registration order.
+CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)

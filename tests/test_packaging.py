@@ -1,0 +1,146 @@
+"""Packaging and book-layout consistency.
+
+pyproject.toml is the single source of dependencies; environment.yml, the Makefile and the
+book's table of contents must agree with it and with the files on disk.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def environment() -> dict:
+    return yaml.safe_load((REPO / "environment.yml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def toc() -> dict:
+    return yaml.safe_load((REPO / "_toc.yml").read_text(encoding="utf-8"))
+
+
+def _conda_deps(environment: dict) -> tuple[list[str], list[str]]:
+    """Split environment.yml dependencies into conda specs and pip lines."""
+    conda, pip = [], []
+    for dep in environment["dependencies"]:
+        if isinstance(dep, dict):
+            assert set(dep) == {"pip"}, f"unexpected dependency mapping {dep}"
+            pip.extend(dep["pip"])
+        else:
+            conda.append(str(dep))
+    return conda, pip
+
+
+def _extras_of_editable_install(line: str) -> set[str]:
+    m = re.fullmatch(r"-e\s+['\"]?\.\[([A-Za-z0-9_,\-\s]+)\]['\"]?", line.strip())
+    assert m, f"expected '-e .[extra,...]', got {line!r}"
+    return {e.strip() for e in m.group(1).split(",")}
+
+
+def test_environment_names_only_python_and_pip(environment):
+    conda, pip = _conda_deps(environment)
+    names = sorted(re.split(r"[=<>!\s]", c, maxsplit=1)[0] for c in conda)
+    assert names == ["pip", "python"], f"environment.yml must name only python and pip, got {conda}"
+    assert len(pip) == 1, f"environment.yml must install only the project through pip, got {pip}"
+
+
+def test_environment_installs_exactly_the_pyproject_extras(environment, pyproject):
+    _, pip = _conda_deps(environment)
+    extras = set(pyproject["project"]["optional-dependencies"])
+    assert _extras_of_editable_install(pip[0]) == extras
+
+
+def test_makefile_installs_exactly_the_pyproject_extras(pyproject):
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    lines = re.findall(r"pip install[^\n]*-e\s+'?\.\[[^\]]*\]'?", makefile)
+    assert lines, "Makefile does not install the project with `pip install -e '.[...]'`"
+    extras = set(pyproject["project"]["optional-dependencies"])
+    for line in lines:
+        assert _extras_of_editable_install(line[line.index("-e"):]) == extras, line
+
+
+def test_python_versions_agree(environment, pyproject):
+    conda, _ = _conda_deps(environment)
+    (pin,) = [c for c in conda if c.startswith("python")]
+    env_version = Version(re.sub(r"^python\s*=*\s*", "", pin).rstrip(".*"))
+    requires = SpecifierSet(pyproject["project"]["requires-python"])
+    assert env_version in requires, f"environment.yml {pin} outside requires-python {requires}"
+    lower = [Version(s.version) for s in requires if s.operator in (">=", "~=", "==")]
+    assert lower and min(lower).release[:2] == env_version.release[:2], (
+        f"environment.yml pins {pin}; requires-python {requires} has another minimum"
+    )
+
+
+def test_jupyter_book_is_pinned_to_v1(pyproject):
+    # jupyter-book 2 ignores _config.yml/_toc.yml and exits 0 having built nothing.
+    reqs = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["book"]]
+    (jb,) = [r for r in reqs if r.name == "jupyter-book"]
+    assert Version("1.0.4") in jb.specifier and Version("2.0.0") not in jb.specifier
+
+
+def test_core_dependencies_are_light(pyproject):
+    names = {Requirement(r).name for r in pyproject["project"]["dependencies"]}
+    assert {"numpy", "pandas"} <= names
+    assert not names & {"jupyter-book", "altair", "pytest", "nbval"}, "book/test tools belong in extras"
+
+
+def _toc_entries(toc: dict) -> list[str]:
+    found = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                found.append(node["file"])
+            for key, value in node.items():
+                if key != "file":
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk({k: v for k, v in toc.items() if k != "root"})
+    return found
+
+
+def test_toc_lists_only_existing_files(toc):
+    entries = _toc_entries(toc)
+    assert len(entries) == len(set(entries)), f"duplicate toc entries: {entries}"
+    for entry in entries:
+        candidates = [REPO / (entry + ext) for ext in (".md", ".ipynb")]
+        existing = [c for c in candidates if c.exists()]
+        assert len(existing) == 1, f"_toc.yml entry {entry!r}: expected one of {candidates}, found {existing}"
+
+
+def test_every_book_source_is_in_the_toc(toc):
+    listed = set(_toc_entries(toc))
+    sources = sorted(p for p in (REPO / "book").glob("*") if p.suffix in (".md", ".ipynb"))
+    assert sources, "no book/*.md or book/*.ipynb found"
+    missing = [str(p.relative_to(REPO)) for p in sources if str(p.relative_to(REPO).with_suffix("")) not in listed]
+    assert not missing, f"book sources missing from _toc.yml: {missing}"
+
+
+def test_book_config_is_strict_and_offline():
+    config = yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
+    assert config["execute"]["execute_notebooks"] == "force"  # `cache` serves stale outputs
+    assert config["sphinx"]["config"]["nb_execution_raise_on_error"] is True
+    assert "repository" not in config
+    excluded = set(config["exclude_patterns"])
+    assert {".venv", "_build", "tests", "tools", ".ci", "pdcalc", "node_modules"} <= excluded
+    assert "vega_offline" in config["sphinx"]["local_extensions"]
+    ext_dir = REPO / config["sphinx"]["local_extensions"]["vega_offline"]
+    assert (ext_dir / "vega_offline.py").exists()

@@ -1,0 +1,141 @@
+"""Wall-time benchmark of the project's own workflows.
+
+Usage: ``python tools/benchmark.py [--only NAME ...] [--list]``; ``make bench`` runs all.
+Prints a table and writes ``_build/benchmark.json``.
+
+To add a measurement, decorate a function that does the work once and returns a short detail
+string (or raises on failure)::
+
+    @measurement("name", "what is timed")
+    def _name() -> str:
+        ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nbrun import REPO  # noqa: E402
+
+OUT = REPO / "_build" / "benchmark.json"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    description: str
+    run: Callable[[], str]
+
+
+@dataclass
+class Result:
+    name: str
+    description: str
+    wall_s: float
+    ok: bool
+    detail: str
+
+
+MEASUREMENTS: list[Measurement] = []
+
+
+def measurement(name: str, description: str):
+    """Register ``fn`` as a measurement; it is timed once, wall clock, by ``main``."""
+
+    def register(fn: Callable[[], str]) -> Callable[[], str]:
+        MEASUREMENTS.append(Measurement(name, description, fn))
+        return fn
+
+    return register
+
+
+def _make(target: str) -> str:
+    log = REPO / "_build" / f"benchmark-make-{target}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as fh:
+        proc = subprocess.run(["make", target], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        raise RuntimeError(f"make {target} exited {proc.returncode}; log: {log.relative_to(REPO)}")
+    return f"log: {log.relative_to(REPO)}"
+
+
+@measurement("make test", "unit tests + nbval over every chapter (venv already up to date)")
+def _make_test() -> str:
+    return _make("test")
+
+
+@measurement("book build (strict)", "make book: jupyter-book build --all -W --keep-going . (executes chapters)")
+def _book() -> str:
+    return _make("book")
+
+
+@measurement("chapter: architecture", "execute book/architecture.ipynb with nbclient (kernel start included)")
+def _chapter_architecture() -> str:
+    from nbrun import execute
+
+    nb = execute(REPO / "book" / "architecture.ipynb")
+    cells = sum(1 for c in nb.cells if c.cell_type == "code")
+    return f"{cells} code cells"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the measurements and exit")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"JSON output (default {OUT.relative_to(REPO)})")
+    args = parser.parse_args(argv)
+    if args.list:
+        for m in MEASUREMENTS:
+            print(f"{m.name:28}  {m.description}")
+        return 0
+    unknown = set(args.only) - {m.name for m in MEASUREMENTS}
+    if unknown:
+        parser.error(f"unknown measurement(s) {sorted(unknown)}; see --list")
+    chosen = [m for m in MEASUREMENTS if not args.only or m.name in args.only]
+
+    # Set-up outside the timings: the venv must be current, so `make` does no install.
+    subprocess.run(["make", "venv"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    results = []
+    for m in chosen:
+        print(f"bench: {m.name} ...", flush=True)
+        t0 = time.perf_counter()
+        try:
+            detail, ok = m.run(), True
+        except Exception as exc:  # noqa: BLE001 - a failed measurement is reported, not hidden
+            detail, ok = f"{type(exc).__name__}: {exc}", False
+        results.append(Result(m.name, m.description, round(time.perf_counter() - t0, 2), ok, detail))
+
+    width = max(len(r.name) for r in results)
+    print(f"\n{'measurement':<{width}}  {'wall s':>7}  status  detail")
+    for r in results:
+        print(f"{r.name:<{width}}  {r.wall_s:7.1f}  {'ok' if r.ok else 'FAILED':6}  {r.detail}")
+
+    report = {
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "ci": os.environ.get("CI", ""),
+        },
+        "results": [asdict(r) for r in results],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"\nbench: wrote {args.out}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
