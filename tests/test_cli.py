@@ -1,0 +1,60 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from test_reference import REFERENCE_TOTALS
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "pdcalc.cli", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("model", list(REFERENCE_TOTALS))
+def test_params_json_equals_reference(model):
+    out = run("params", model, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["total"] == REFERENCE_TOTALS[model]["main"]
+    if "mtp" in REFERENCE_TOTALS[model]:
+        assert data["mtp"] == REFERENCE_TOTALS[model]["mtp"]
+    assert 0 < data["activated"] < data["total"]
+    assert sum(data["by_category"].values()) == data["total"]
+
+
+def test_params_of_a_config_path(tmp_path):
+    from importlib import resources
+    src = resources.files("pdcalc").joinpath("data", "models", "deepseek_v3_config.json").read_text()
+    cfg = json.loads(src)
+    cfg["num_hidden_layers"] = 4  # a small deepseek_v3-type model
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    data = json.loads(run("params", str(p), "--json").stdout)
+    assert data["total"] < REFERENCE_TOTALS["deepseek-v3"]["main"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (("params", "deepseek-v9"), "unknown model 'deepseek-v9'; known: deepseek-v3"),
+    (("params", "/nonexistent/config.json"), "no such file"),
+    (("claims", "--article", "v5"), "invalid choice"),
+])
+def test_user_errors_are_one_line_and_nonzero(args, message):
+    out = run(*args)
+    assert out.returncode != 0
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    if args[0] == "params":
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_list_shows_presets_and_schemes():
+    data = json.loads(run("list", "--json").stdout)
+    assert {"deepseek-v3", "deepseek-v4-flash", "deepseek-v4-flash-article", "deepseek-v3-article"} <= set(data["models"])
+    assert {"ascend-910b2", "ascend-910c", "h800", "h20", "h200", "b200"} <= set(data["cards"])
+    assert {"bf16", "fp8", "fp8-fp4", "w8a8", "article-1byte"} <= set(data["quantization"])
+
+
+def test_claims_article_filter():
+    rows = json.loads(run("claims", "--article", "v3", "--json").stdout)
+    assert rows and {r["article"] for r in rows} == {"v3"}
