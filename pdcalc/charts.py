@@ -44,7 +44,7 @@ def parameter_chart(models: dict[str, str], title: str):
             color=alt.Color("class:N", title="class", scale=alt.Scale(scheme="tableau10")),
             tooltip=["model", "class", alt.Tooltip("sum(params_b):Q", format=".3f", title="params (B)")],
         )
-        .properties(width=260, height=80)
+        .properties(width=420, height=70)
     )
     detail = (
         alt.Chart(df[df["class"] != "class I (EP-split)"], title="class II by category")
@@ -56,7 +56,7 @@ def parameter_chart(models: dict[str, str], title: str):
             color=alt.Color("model:N", title="model", scale=alt.Scale(scheme="set2")),
             tooltip=["model", "category", alt.Tooltip("params_b:Q", format=".4f", title="params (B)")],
         )
-        .properties(width=300, height=alt.Step(9))
+        .properties(width=420, height=alt.Step(9))
     )
-    return (alt.hconcat(split, detail).resolve_scale(color="independent")
+    return (alt.vconcat(split, detail).resolve_scale(color="independent")
             .properties(title=title).configure_axis(labelLimit=200))

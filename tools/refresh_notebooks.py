@@ -3,13 +3,17 @@
 Usage: ``python tools/refresh_notebooks.py [NOTEBOOK ...]`` (default: every notebook chapter in
 ``_toc.yml``); ``make refresh`` runs it. Each notebook is executed with nbclient in its own
 directory (``book/``), with ``record_timing=False`` and no papermill metadata, so a refresh of
-unchanged code gives a diff only where outputs really changed (plus Altair's random chart ids,
-which nbval sanitizes). A notebook that raises is left untouched and the script exits 1.
+unchanged code gives a diff only where outputs really changed. Altair gives every chart a random
+``altair-viz-<32 hex>`` id; the refresh replaces each with one derived from the notebook name,
+cell index and order (unique on the page, the same on every refresh). A notebook that raises is
+left untouched and the script exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,6 +22,29 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nbrun import REPO, execute, toc_notebooks  # noqa: E402
+
+
+ALTAIR_ID = re.compile(r"altair-viz-[0-9a-f]{32}")
+
+
+def stable_altair_ids(nb, name: str) -> int:
+    """Replace Altair's random chart ids in ``nb``'s outputs by deterministic ones; return how many."""
+    count = 0
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            for mime, value in data.items():
+                text = "".join(value) if isinstance(value, list) else value
+                if not isinstance(text, str) or not ALTAIR_ID.search(text):
+                    continue
+                mapping: dict[str, str] = {}
+                for old in dict.fromkeys(ALTAIR_ID.findall(text)):
+                    digest = hashlib.md5(f"{name}:{index}:{len(mapping)}".encode()).hexdigest()
+                    mapping[old] = f"altair-viz-{digest}"
+                text = ALTAIR_ID.sub(lambda m: mapping[m.group(0)], text)
+                data[mime] = text
+                count += len(mapping)
+    return count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(path)
             print(f"refresh: FAILED {path.relative_to(REPO)}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
+        stable_altair_ids(nb, path.name)
         nbformat.write(nb, path)
         print(f"refresh: {path.relative_to(REPO)} re-executed in {time.perf_counter() - t0:.1f} s")
     return 1 if failed else 0
