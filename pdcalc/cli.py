@@ -74,6 +74,33 @@ def cmd_claims(args) -> int:
     return 0
 
 
+def cmd_memory(args) -> int:
+    from pdcalc.memory import budget, card_weights
+    from pdcalc.units import GB, GiB
+
+    w = card_weights(args.model, args.quant, ep=args.ep, tp=args.tp, mtp=args.mtp, redundant=args.redundant)
+    b = budget(args.card, w.total_bytes, utilization=args.utilization)
+    out = {
+        "model": w.model, "card": b.card, "quant": w.scheme, "ep": w.ep, "tp": w.tp, "mtp": w.mtp,
+        "experts_per_card": w.experts_per_card,
+        "weights_bytes": w.total_bytes, "weights_by_category_bytes": w.by_category,
+        "class_i_bytes": w.class_i_bytes, "class_ii_bytes": w.class_ii_bytes,
+        "usable_bytes": b.usable_bytes, "usable_basis": f"{b.utilization} x {b.base_bytes:.0f} B visible",
+        "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{w.model} on {b.card}, {w.scheme}, EP{w.ep} x TP{w.tp}, MTP {'loaded' if w.mtp else 'not loaded'}")
+    print(f"  routed experts per layer on the fullest card: {w.experts_per_card}")
+    for k, v in w.by_category.items():
+        print(f"    {k:<24}{v / GB:>10.3f} GB {v / GiB:>10.3f} GiB")
+    print(f"  weights                     {w.total_bytes / GB:>10.3f} GB {w.total_bytes / GiB:>10.3f} GiB")
+    print(f"  usable ({b.utilization} x visible) {b.usable_bytes / GB:>10.3f} GB {b.usable_bytes / GiB:>10.3f} GiB")
+    print(f"  {b.verdict()}")
+    return 0
+
+
 def cmd_list(args) -> int:
     from pdcalc.hardware import card_names, get_card
     from pdcalc.inventory import MODEL_NAMES, get_inventory
@@ -108,6 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--verdict", choices=["match", "rounding", "erratum", "input", "pending"])
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=cmd_claims)
+
+    sm = sub.add_parser("memory", help="per-card weights and what is left for the KV cache")
+    sm.add_argument("model")
+    sm.add_argument("--card", required=True)
+    sm.add_argument("--ep", type=int, required=True, help="cards in the EP group")
+    sm.add_argument("--tp", type=int, default=1)
+    sm.add_argument("--quant", default="w8a8")
+    sm.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True,
+                    help="load the MTP module (speculative decoding); default: yes")
+    sm.add_argument("--redundant", type=int, default=0, help="redundant expert copies per EP group")
+    sm.add_argument("--utilization", type=float, default=0.9, help="gpu-memory-utilization")
+    sm.add_argument("--json", action="store_true")
+    sm.set_defaults(func=cmd_memory)
 
     sl = sub.add_parser("list", help="model presets, card presets and quantization schemes")
     sl.add_argument("--json", action="store_true")

@@ -1,0 +1,79 @@
+import pytest
+
+from pdcalc.errors import LayoutError
+from pdcalc.inventory import get_inventory
+from pdcalc.memory import budget, card_weights
+from pdcalc.parallel import allreduce_bytes, dispatch, expected_remote_cards, place_experts
+from pdcalc.quant import weight_bytes
+from pdcalc.units import GiB
+
+
+@pytest.mark.parametrize("ep,redundant", [(1, 0), (8, 0), (12, 0), (32, 0), (32, 32), (256, 0), (7, 3)])
+def test_placement_covers_every_expert_and_balances(ep, redundant):
+    p = place_experts(256, ep, redundant)
+    held = [e for card in p.cards for e in card]
+    assert sorted(set(held)) == list(range(256))
+    assert len(held) == 256 + redundant
+    assert p.experts_per_card.max() - p.experts_per_card.min() <= 1
+
+
+def test_article_layouts():
+    assert place_experts(256, 8).cards[1] == tuple(range(32, 64))
+    assert place_experts(256, 32).cards[31] == tuple(range(248, 256))
+
+
+@pytest.mark.parametrize("ep,redundant", [(0, 0), (300, 0), (8, -1), (8, 300)])
+def test_impossible_layouts_say_why(ep, redundant):
+    with pytest.raises(LayoutError):
+        place_experts(256, ep, redundant)
+
+
+def test_dispatch_of_the_article_example():
+    # §4.3: a token on card 0 of an EP8 group selects experts 10, 45, 100, 200, 230, 250
+    d = dispatch(place_experts(256, 8), [10, 45, 100, 200, 230, 250], 0, 4096)
+    assert d.expert_cards == (0, 1, 3, 6, 7, 7)    # expert 10 is local: 10 // 32 == 0
+    assert d.local_experts == 1 and d.copies_sent == 5 and d.cards_reached == 4
+
+
+def test_expected_remote_cards_bounds():
+    assert expected_remote_cards(256, 1, 6) == 0
+    assert 0 < expected_remote_cards(256, 8, 6) < 6
+    assert expected_remote_cards(256, 8, 6) < expected_remote_cards(256, 32, 6)
+
+
+def test_allreduce():
+    assert allreduce_bytes(100, 1) == 0
+    assert allreduce_bytes(100, 4) == pytest.approx(150)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v4-flash"])
+def test_ep1_card_holds_the_whole_model(model):
+    w = card_weights(model, "w8a8", ep=1, mtp=True)
+    assert w.total_bytes == pytest.approx(weight_bytes(model, "w8a8", part="all"), rel=1e-12)
+
+
+@pytest.mark.parametrize("ep", [8, 32])
+def test_sum_over_cards_of_expert_bytes_is_the_expert_total(ep):
+    w = card_weights("deepseek-v4-flash", "w8a8", ep=ep)
+    total = weight_bytes("deepseek-v4-flash", "w8a8", category="routed_experts")
+    assert w.class_i_bytes * ep == pytest.approx(total, rel=1e-12)
+
+
+def test_parts_add_up_and_tp_splits():
+    w1 = card_weights("deepseek-v3", "fp8", ep=8, tp=1)
+    w8 = card_weights("deepseek-v3", "fp8", ep=8, tp=8)
+    assert sum(w1.by_category.values()) == pytest.approx(w1.total_bytes)
+    assert w8.class_ii_bytes < w1.class_ii_bytes
+    assert w8.class_i_bytes == w1.class_i_bytes
+
+
+def test_budget_is_a_result_when_it_does_not_fit():
+    w = card_weights("deepseek-v4-flash", "w8a8", ep=4)
+    b = budget("ascend-910b2", w.total_bytes)
+    assert not b.fits and b.verdict().startswith("does not fit, short by")
+    assert b.usable_bytes == pytest.approx(0.9 * 60.96 * GiB, rel=1e-4)
+
+
+def test_budget_rejects_bad_utilization():
+    with pytest.raises(LayoutError):
+        budget("ascend-910b2", 0, utilization=1.5)
