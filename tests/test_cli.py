@@ -58,3 +58,29 @@ def test_list_shows_presets_and_schemes():
 def test_claims_article_filter():
     rows = json.loads(run("claims", "--article", "v3", "--json").stdout)
     assert rows and {r["article"] for r in rows} == {"v3"}
+
+
+def test_memory_json():
+    data = json.loads(run("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "32", "--json").stdout)
+    assert data["experts_per_card"] == 8
+    assert data["weights_bytes"] == pytest.approx(sum(data["weights_by_category_bytes"].values()))
+    assert data["left_for_kv_bytes"] == pytest.approx(data["usable_bytes"] - data["weights_bytes"])
+    assert data["fits"] is True
+
+
+def test_memory_that_does_not_fit_is_a_result():
+    out = run("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "4", "--json")
+    assert out.returncode == 0
+    data = json.loads(out.stdout)
+    assert data["fits"] is False and data["verdict"].startswith("does not fit, short by")
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--card", "tpu-v9", "--ep", "8"), "unknown card 'tpu-v9'; known: ascend-910b2"),
+    (("--card", "ascend-910b2", "--ep", "300"), "cannot spread 256 experts"),
+    (("--card", "ascend-910b2", "--ep", "8", "--quant", "int3"), "unknown quantization scheme 'int3'"),
+])
+def test_memory_errors(args, message):
+    out = run("memory", "deepseek-v4-flash", *args)
+    assert out.returncode == 2 and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
