@@ -129,12 +129,22 @@ def _bound(printed: str) -> str | None:
     return None
 
 
-def judge(printed: str, value, recomputed) -> tuple[str, float | None]:
-    """Verdict and signed difference (recomputed - printed) of one number."""
+#: Units of whole things (cards, experts, ids...): an integer printed without "~" must be exact.
+EXACT_UNITS = frozenset({"count", "cards", "servers", "experts", "layers", "users", "sequences", "replicas",
+                         "instances", "groups", "heads", "dim", "params", "tokens"})
+_APPROX = ("~", "≈", "约", "量级")
+
+
+def judge(printed: str, value, recomputed, unit: str | None = None) -> tuple[str, float | None]:
+    """Verdict and signed difference (recomputed - printed) of one number.
+
+    An integer in one of :data:`EXACT_UNITS` printed without an approximation mark is exact: any
+    difference is an erratum.
+    """
     if isinstance(value, (list, tuple)):
         if not isinstance(recomputed, (list, tuple)) or len(recomputed) != len(value):
             raise TypeError("a printed range needs a recomputed range")
-        parts = [judge(printed, v, r) for v, r in zip(value, recomputed)]
+        parts = [judge(printed, v, r, unit) for v, r in zip(value, recomputed)]
         order = ("match", "rounding", "erratum")
         worst = max((p[0] for p in parts), key=order.index)
         return worst, max((p[1] for p in parts), key=abs)
@@ -144,6 +154,8 @@ def judge(printed: str, value, recomputed) -> tuple[str, float | None]:
     if bound is not None:
         ok = {"<": r < v, "≤": r <= v, "<=": r <= v, ">": r > v, "≥": r >= v, ">=": r >= v}[bound]
         return ("match" if ok else "erratum"), delta
+    if (unit in EXACT_UNITS and float(v).is_integer() and not any(m in printed for m in _APPROX)):
+        return ("match" if delta == 0 else "erratum"), delta
     unit = _last_digit_unit(printed, v)
     if abs(delta) <= 0.5 * unit * (1 + 1e-9) + 1e-12 * abs(v):
         return "match", delta
@@ -187,7 +199,7 @@ def _evaluate(raw: dict, article: str) -> Claim:
         return replace(c, verdict="input" if c.kind == "input" else "pending")
     rec = rc.fn()
     rec = tuple(rec) if isinstance(rec, list) else rec
-    verdict, delta = judge(c.printed, c.value, rec)
+    verdict, delta = judge(c.printed, c.value, rec, c.unit)
     return replace(c, recomputed=rec, method=rc.method, verdict=verdict, explanation=rc.explanation(), delta=delta)
 
 

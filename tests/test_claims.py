@@ -29,6 +29,17 @@ def test_judge(printed, value, recomputed, verdict):
     assert judge(printed, value, recomputed)[0] == verdict
 
 
+@pytest.mark.parametrize("printed,unit,recomputed,verdict", [
+    ("Expert 10(Card 1)", "count", 0, "erratum"),     # a card index is exact
+    ("6份", "count", 5, "erratum"),
+    ("8个", "experts", 8, "match"),
+    ("~13B", "B params", 13.27, "match"),             # not an exact unit
+])
+def test_exact_units(printed, unit, recomputed, verdict):
+    value = 1 if "Card 1" in printed else int("".join(ch for ch in printed if ch.isdigit()) or 0) or 13
+    assert judge(printed, value, recomputed, unit)[0] == verdict
+
+
 def test_judge_delta_sign():
     assert judge("10 GB", 10, 12)[1] == pytest.approx(2)
 
