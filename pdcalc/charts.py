@@ -60,3 +60,25 @@ def parameter_chart(models: dict[str, str], title: str):
     )
     return (alt.vconcat(split, detail).resolve_scale(color="independent")
             .properties(title=title).configure_axis(labelLimit=200))
+
+
+def memory_vs_ep_chart(rows: pd.DataFrame, usable_gib: float, marks: dict, title: str):
+    """Weights per card against EP size, one line per model, the usable memory as a rule.
+
+    ``rows`` has columns ``ep, model, weights_gib``; ``marks`` maps a label ("P", "D") to an EP size.
+    """
+    import altair as alt
+
+    base = alt.Chart(rows)
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("ep:Q", title="EP group size (cards)", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("weights_gib:Q", title="weights per card (GiB)"),
+        color=alt.Color("model:N", title="model"),
+        tooltip=["model", "ep", alt.Tooltip("weights_gib:Q", format=".2f")],
+    )
+    rule = alt.Chart(pd.DataFrame({"y": [usable_gib], "label": ["usable memory"]})).mark_rule(
+        strokeDash=[4, 4], color="gray").encode(y="y:Q")
+    mk = pd.DataFrame([{"ep": v, "label": k} for k, v in marks.items()])
+    marks_layer = alt.Chart(mk).mark_rule(color="black", opacity=0.4).encode(x="ep:Q") + alt.Chart(mk).mark_text(
+        dy=-140, dx=6, align="left").encode(x="ep:Q", text="label:N")
+    return (lines + rule + marks_layer).properties(width=520, height=300, title=title)

@@ -77,3 +77,42 @@ def scheme_table(model: str, scheme: str) -> pd.DataFrame:
     df = dtype_table(model, get_scheme(scheme))
     df["GB"] = df["bytes"] / 1e9
     return df.drop(columns=["bytes"])
+
+
+def placement_table(n_experts: int, ep: int, redundant: int = 0) -> pd.DataFrame:
+    """Experts held by each card of an EP group (first ~ last, count)."""
+    from pdcalc.parallel import place_experts
+
+    p = place_experts(n_experts, ep, redundant)
+    return pd.DataFrame({"card": range(ep), "experts": p.ranges(), "count": p.experts_per_card}).set_index("card")
+
+
+def card_weights_table(columns: dict) -> pd.DataFrame:
+    """Per-category weight GB per card; ``columns`` maps a label to a :class:`~pdcalc.memory.CardWeights`."""
+    df = pd.DataFrame({k: pd.Series(w.by_category) / 1e9 for k, w in columns.items()}).fillna(0.0)
+    df = df.reindex([c for c in CATEGORIES if c in df.index])
+    df.loc["total"] = df.sum()
+    df.index.name = "category (GB per card)"
+    return df
+
+
+def cluster_map(deployment: dict, model: str, scheme: str, *, mtp: bool = True) -> pd.DataFrame:
+    """Every card of a PD deployment: server, role, EP rank, experts held, weight GiB."""
+    from pdcalc.memory import card_weights
+    from pdcalc.parallel import place_experts
+
+    rows, card = [], 0
+    per_server = deployment["cards_per_server"]
+    for role, n_inst, dp, tp in (("P", deployment["prefill_instances"], deployment["prefill_dp"], deployment["prefill_tp"]),
+                                 ("D", deployment["decode_instances"], deployment["decode_dp"], deployment["decode_tp"])):
+        ep = dp * tp
+        inv = get_inventory(model)
+        placement = place_experts(inv.n_routed_experts, ep)
+        w = card_weights(model, scheme, ep=ep, tp=tp, mtp=mtp)
+        for inst in range(n_inst):
+            for rank in range(ep):
+                held = placement.cards[rank]
+                rows.append({"card": card, "server": card // per_server, "role": f"{role}{inst}", "ep_rank": rank,
+                             "experts": f"{held[0]} ~ {held[-1]}", "weights_gib": w.total_bytes / 2**30})
+                card += 1
+    return pd.DataFrame(rows).set_index("card")
