@@ -81,4 +81,4 @@ def memory_vs_ep_chart(rows: pd.DataFrame, usable_gib: float, marks: dict, title
     mk = pd.DataFrame([{"ep": v, "label": k} for k, v in marks.items()])
     marks_layer = alt.Chart(mk).mark_rule(color="black", opacity=0.4).encode(x="ep:Q") + alt.Chart(mk).mark_text(
         dy=-140, dx=6, align="left").encode(x="ep:Q", text="label:N")
-    return (lines + rule + marks_layer).properties(width=520, height=300, title=title)
+    return (lines + rule + marks_layer).properties(width=440, height=300, title=title)
