@@ -101,6 +101,29 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def cmd_kv(args) -> int:
+    from pdcalc.kv_cache import kv_bytes
+
+    r = kv_bytes(args.model, args.context, args.engine, include_mtp=args.mtp)
+    out = {
+        "model": r.model, "engine": r.engine, "context_tokens": int(r.context_tokens), "include_mtp": r.include_mtp,
+        "block_size": r.block_size, "fixed_bytes": float(r.fixed_bytes),
+        "per_token_bytes_asymptotic": float(r.per_token_bytes_asymptotic), "total_bytes": float(r.total_bytes),
+        "per_token_bytes_average": float(r.per_token_bytes_average),
+        "by_layer_kind_bytes": {k: float(v) for k, v in r.by_layer_kind.items()},
+        "by_cache_bytes": {k: float(v) for k, v in r.by_cache.items()},
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{r.model}, {r.engine}, {out['context_tokens']:,} tokens, MTP {'included' if r.include_mtp else 'excluded'}")
+    print(f"  per sequence:        {out['total_bytes']:>16,.0f} B")
+    print(f"  fixed part:          {out['fixed_bytes']:>16,.0f} B")
+    print(f"  per token (slope):   {out['per_token_bytes_asymptotic']:>16,.1f} B")
+    print(f"  per token (average): {out['per_token_bytes_average']:>16,.1f} B")
+    return 0
+
+
 def cmd_list(args) -> int:
     from pdcalc.hardware import card_names, get_card
     from pdcalc.inventory import MODEL_NAMES, get_inventory
@@ -148,6 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--utilization", type=float, default=0.9, help="gpu-memory-utilization")
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=cmd_memory)
+
+    sk = sub.add_parser("kv", help="KV cache bytes per sequence as an engine stores it")
+    sk.add_argument("model")
+    sk.add_argument("--context", type=int, required=True, help="tokens in the cache")
+    sk.add_argument("--engine", default="vllm-ascend", help="reference, vllm or vllm-ascend")
+    sk.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="count the MTP layer's cache")
+    sk.add_argument("--json", action="store_true")
+    sk.set_defaults(func=cmd_kv)
 
     sl = sub.add_parser("list", help="model presets, card presets and quantization schemes")
     sl.add_argument("--json", action="store_true")

@@ -84,3 +84,26 @@ def test_memory_errors(args, message):
     out = run("memory", "deepseek-v4-flash", *args)
     assert out.returncode == 2 and message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_kv_json_parts_add_up():
+    data = json.loads(run("kv", "deepseek-v4-flash", "--context", "16384", "--json").stdout)
+    assert data["total_bytes"] == pytest.approx(sum(data["by_cache_bytes"].values()), rel=1e-9)
+    assert data["per_token_bytes_average"] == pytest.approx(data["total_bytes"] / 16384, rel=1e-12)
+    assert 0 < data["fixed_bytes"] < data["total_bytes"]
+
+
+def test_kv_v3_equals_published_mla_size():
+    # 70,272 B/token: arXiv 2505.09343 Table 1 (61 x (512 + 64) x 2 B), reference engine, no MTP
+    data = json.loads(run("kv", "deepseek-v3", "--context", "1000", "--engine", "reference", "--no-mtp",
+                          "--json").stdout)
+    assert data["per_token_bytes_asymptotic"] == 70272
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--context", "100", "--engine", "sglang"), "unknown"),
+    (("--context", "-5"), "context"),
+])
+def test_kv_errors(args, message):
+    out = run("kv", "deepseek-v4-flash", *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,802 @@
+"""KV cache per sequence of DeepSeek models, as each inference engine stores it.
+
+The unit of account is one sequence (one request) at a given context length ``L`` (tokens already
+in the cache). A layer keeps one or more *caches*; each cache is either
+
+- **growing**: one stored entry per ``r`` tokens (``r = 1`` for a plain per-token cache, ``r`` = the
+  compression ratio for a compressed cache), or
+- **windowed**: a fixed number of rows per sequence, independent of ``L`` (the sliding-window KV of
+  DeepSeek-V4 and the state buffers of its KV compressors).
+
+An engine that pages its cache (vLLM, vllm-ascend) hands out whole pages of ``b`` tokens, each
+``P`` bytes including alignment padding; the reference implementation keeps one contiguous buffer per
+sequence. Bytes of one cache for one sequence:
+
+.. math::
+
+   B(L) =
+   \\begin{cases}
+     \\lfloor L / r \\rfloor \\, e & \\text{growing, contiguous} \\\\
+     \\lceil L / b \\rceil \\, P & \\text{growing, paged} \\\\
+     (w / r) \\, e & \\text{windowed, contiguous} \\\\
+     (\\lceil w / b \\rceil + 1) \\, P & \\text{windowed, paged}
+   \\end{cases}
+
+with ``e`` the bytes of one stored entry and ``w`` the window in tokens. The last line is vLLM's
+own bound for a sliding window with one new token per step (``SlidingWindowSpec.max_memory_usage_bytes``:
+``cdiv(sliding_window - 1 + new_tokens, block_size) + 1`` pages, zyongye/vllm@434b1bdb
+``vllm/v1/kv_cache_interface.py``): the window rarely starts on a page boundary, so it straddles one
+page more.
+The sequence total is the sum over layers and caches; it is affine in ``L`` up to page rounding:
+
+.. math:: B_\\text{seq}(L) \\approx B_\\text{fixed} + s \\, L
+
+``fixed_bytes`` collects the windowed caches, ``per_token_bytes_asymptotic`` is the slope ``s``.
+
+Layout facts and where they come from
+-------------------------------------
+DeepSeek-V4-Flash (``config.json``: 43 layers + 1 MTP layer, ``head_dim`` 512, ``qk_rope_head_dim``
+64, ``sliding_window`` 128, ``compress_ratios`` = [0, 0, (4, 128) x 20, 4, 0] i.e. 21 ratio-4 layers,
+20 ratio-128 layers, 2 window-only main layers and a window-only MTP layer, ``index_head_dim`` 128).
+
+*Reference* -- deepseek-ai/DeepSeek-V4-Flash ``inference/model.py`` at commit 60d8d707 (vendored copy,
+read_file id 70831076062):
+
+- ``Attention.__init__``: ``kv_cache`` of shape ``[max_batch_size, window_size + max_seq_len //
+  compress_ratio, head_dim]``: a ring buffer of ``window_size`` raw entries followed by the
+  compressed entries (``Compressor.kv_cache`` is a view of ``kv_cache[:, win:]``).
+- ``Indexer.__init__`` (ratio-4 layers only): ``kv_cache`` of shape ``[max_batch_size, max_seq_len //
+  4, index_head_dim]``.
+- ``Compressor.__init__``: ``kv_state`` and ``score_state``, each ``[max_batch_size, coff * ratio,
+  coff * head_dim]`` in float32 with ``coff = 2`` for ratio 4 (overlapping windows) and 1 otherwise.
+  The indexer owns a second compressor with ``head_dim = index_head_dim``.
+- Buffers take the default dtype (bf16); the code simulates FP8 for the 448 non-RoPE dims
+  (``act_quant(kv[..., :-rd], 64, ...)``) and FP4 for the indexer (``fp4_act_quant``), and says
+  twice "kv could also use fp8 format, though current implementation uses bf16".
+- ``Transformer.__init__``: MTP blocks get layer ids ``n_layers + i``, hence ``compress_ratios[43] = 0``
+  (window only).
+
+*vLLM* -- vllm-project/vllm ``vllm/model_executor/layers/deepseek_v4_attention.py`` at 0a291a2e and
+the DeepSeek-V4 branch zyongye/vllm at 434b1bdb (``vllm/v1/kv_cache_interface.py``,
+``vllm/v1/attention/backends/mla/sparse_swa.py``, ``vllm/v1/core/kv_cache_utils.py``) and 40a7e032
+(``vllm/model_executor/layers/deepseek_compressor.py``):
+
+- Every main and compressed entry is 584 B: 448 FP8 non-RoPE + 64 x 2 B BF16 RoPE + 7 UE8M0 scales
+  + 1 pad (``head_bytes`` in ``DeepseekV4MultiHeadLatentAttentionWrapper.__init__``;
+  ``MLAAttentionSpec.real_page_size_bytes``: ``storage_block_size * 584``). V4 only supports this
+  ``fp8_ds_mla`` format (``DeepseekV4MLAAttention.__init__`` asserts an fp8 cache dtype).
+- Compressed caches: ``MLAAttentionSpec(block_size=cache block, compress_ratio=r, alignment=576)``;
+  a page holds ``block_size // r`` entries and is rounded up to a multiple of 576 B
+  (``_apply_alignment_padding``). The full-attention block is 256 tokens
+  (``DeepseekSparseSWABackend.get_preferred_block_size``; "Full MLA: 256" in
+  ``unify_hybrid_kv_cache_specs``).
+- Indexer cache: ``DeepseekV4IndexerCache``: 132 B per compressed entry (128 FP8 + one fp32 scale,
+  ``k_cache_head_dim = head_dim + head_dim // 128 * 4``), same paging and 576 B alignment; the
+  MXFP4 option "still allocate[s] the same amount of memory as FP8".
+- Sliding window: ``DeepseekV4SWACache``: ``SlidingWindowMLASpec`` with 64-token pages of 584 B
+  entries, window ``sliding_window``, on every layer (the attention spec returns ``None`` for
+  ratio <= 1 because "SWA part [is] allocated separately").
+- Compressor state: ``CompressorStateCache``: ``SlidingWindowMLASpec`` of fp32 rows of
+  ``2 * coff * head_dim`` values (kv + score), window ``coff * ratio``, pages of 4 tokens (ratio 4)
+  or 8 tokens (ratio 128), 576 B alignment.
+- ``_get_kv_cache_groups_uniform_groups`` pads every sliding-window page to the smallest
+  full-attention page that is not smaller.
+- MTP: ``DeepseekV4Attention.__init__`` gives layers beyond ``num_hidden_layers`` ratio 1 (window only).
+
+*vllm-ascend* (the engine of the V4 article, Atlas 800I A2 = ``AscendDeviceType.A2``) --
+vllm-project/vllm-ascend:
+
+- ``vllm_ascend/models/layer/attention/layer.py`` (007fe2aa), ``get_dsv4_block_sizes``: for
+  ``cache_config.block_size`` 128 the pages are 128 rows for the compressed and window caches, 8
+  tokens for ratio-4 compressor states and 32 for ratio-128 states; state pages are padded to
+  16,640 B (indexer state) and 131,072 B (main states). ``DSAAttention.get_kv_cache_spec``:
+  compressed cache ``AscendMLAAttentionSpec(block_size=128 * ratio, head_size=512,
+  dtype=kv_cache_dtype)``, so a page holds 128 compressed entries and spans ``128 * ratio`` tokens
+  (16,384 tokens for ratio 128).
+- ``vllm_ascend/attention/dsa_attn_kv_plan.py`` (9391e44c), ``get_dsv4_attn_kv_dtype``: BF16 unless
+  the device is an A5; so 1,024 B per entry on 910B.
+- ``vllm_ascend/models/deepseek_v4/model.py`` (01d00526), ``AscendDeepseekV4SWACache``: window cache
+  in BF16, 512 values per token, 128-token pages, no alignment padding.
+- ``vllm_ascend/models/deepseek_v4/indexer.py`` (1afd7712), ``AscendDeepseekV4IndexerCache``: int8
+  keys plus one fp16 scale per entry (130 B) on A2/A3, pages of 128 entries (16,640 B).
+- ``vllm_ascend/models/deepseek_v4/compressor.py`` (0d7b8981), ``AscendCompressorStateCache``: fp32
+  rows of ``2 * coff * head_dim`` values, window ``coff * ratio`` (inherited from vLLM's
+  ``CompressorStateCache``), ``page_size_padded`` as above.
+- ``vllm_ascend/core/kv_cache_interface.py`` (00004d08): ``AscendMLAAttentionSpec`` page =
+  ``block_size // compress_ratio`` rows; ``AscendSlidingWindowMLASpec`` applies no alignment.
+- MTP layers: ``vllm_ascend/utils.py`` ``get_dsv4_compress_ratio`` reads ``compress_ratios`` at
+  ``num_hidden_layers + i`` (0 for Flash).
+
+DeepSeek-V3 (MLA) -- deepseek-ai/DeepSeek-V3 ``inference/model.py`` (read at 013e2213), ``MLA.__init__``
+with the default ``attn_impl = "absorb"``: ``kv_cache [B, S, kv_lora_rank]`` and ``pe_cache [B, S,
+qk_rope_head_dim]``, BF16: 576 x 2 = 1,152 B per token per layer, 61 x 1,152 = 70,272 B per token
+(arXiv 2505.09343, Table 1). vLLM's MLA pages hold ``head_size = 576`` values of the cache dtype
+(``MLAAttentionSpec.real_page_size_bytes``): 1,152 B in BF16, 576 B with ``kv_cache_dtype="fp8"``
+(one per-tensor scale, none stored per token); the 656 B ``fp8_ds_mla`` row (512 FP8 + 4 fp32 scales
++ 64 BF16) is the layout of the *sparse* MLA backends (DeepSeek-V3.2), not of V3's dense MLA.
+
+Assumptions are named in :data:`ASSUMPTIONS`; each :class:`KVLayout` lists the ones it relies on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pdcalc.errors import ConfigError, LayoutError, UnknownNameError
+from pdcalc.model import ModelConfig, load_config
+
+ENGINES = ("reference", "vllm", "vllm-ascend")
+
+#: The V4 article's per-token KV figures, KB per token (§6.1: 86 "保守上界" = 43 layers x 2 KB,
+#: 44 "保守估计", 22 "乐观估计"; §6.2, §6.3 and §7.2 use 44).
+ARTICLE_PER_TOKEN_KB: dict[str, float] = {"upper": 86.0, "conservative": 44.0, "optimistic": 22.0}
+
+#: Named assumptions: details the sources above do not settle. A layout lists the names it uses.
+ASSUMPTIONS: dict[str, str] = {
+    "reference-buffer-sized-to-context": (
+        "The reference allocates max_seq_len entries per batch slot up front; we size that buffer to "
+        "the sequence's context (max_seq_len = L), so its bytes are what the sequence uses."),
+    "reference-bf16": (
+        "Reference buffers are created under torch's default dtype, set to bfloat16 by the launcher; "
+        "model.py's comments say the KV 'current implementation uses bf16'."),
+    "window-full-at-any-context": (
+        "Window and compressor-state caches are charged in full even when L is shorter than the "
+        "window (a steady-state decode view); below ~256 tokens this overstates."),
+    "decode-one-new-token": (
+        "Paged windows hold ceil(w / b) + 1 pages: vLLM's sliding-window bound with one scheduled "
+        "token; MTP drafts or prefill chunks can hold more."),
+    "no-prefix-sharing": "No prefix caching: no page is shared between sequences.",
+    "no-pool-tuple-padding": (
+        "vLLM sizes its DeepSeek-V4 block pool in 'layer tuples' (kv_cache_utils."
+        "_get_kv_cache_config_deepseek_v4): every block id costs the sum of the full-attention page "
+        "sizes times the number of tuples, whichever group takes it. Not modelled: we count each "
+        "layer's own (padded) pages. The engine's pool reserves somewhat more per sequence."),
+    "ascend-a2": (
+        "vllm-ascend on 910B is AscendDeviceType.A2: BF16 attention KV, int8 indexer keys with fp16 "
+        "scales, the non-A5 block table; TurboQuant latent cache (enable_dsa_tq_latent) off."),
+    "v3-vllm-block-64": (
+        "vLLM pages DeepSeek-V3's MLA cache in 64-token blocks (FlashMLA's page size); not confirmed "
+        "in source here, and any block size changes the total by at most one page per layer."),
+}
+
+#: Default scheduler block size (``cache_config.block_size``) per engine and model type.
+DEFAULT_BLOCK_SIZE: dict[tuple[str, str], int] = {
+    ("vllm", "deepseek_v4"): 256,        # DeepseekSparseSWABackend.get_preferred_block_size
+    ("vllm-ascend", "deepseek_v4"): 128,  # the V4 article's deployment; get_dsv4_block_sizes key
+    ("vllm", "deepseek_v3"): 64,          # assumption v3-vllm-block-64
+    ("vllm-ascend", "deepseek_v3"): 128,  # vllm-ascend's usual MLA block size
+}
+
+#: vllm-ascend (non-A5) ``get_dsv4_block_sizes``: block_size -> (mla, swa, c4 state, c128 state) page
+#: rows, and (indexer-state, main-state) padded page bytes. layer.py at 007fe2aa.
+ASCEND_DSV4_BLOCK_SIZES: dict[int, tuple[tuple[int, int, int, int], tuple[int, int]]] = {
+    128: ((128, 128, 8, 32), (16640, 131072)),
+    64: ((64, 64, 4, 16), (8320, 65536)),
+    32: ((32, 32, 2, 8), (4160, 32768)),
+}
+
+VLLM_V4_ENTRY_BYTES = 584        # 448 fp8 + 64 x 2 B bf16 + 7 ue8m0 scales + 1 pad
+VLLM_V4_INDEXER_ENTRY_BYTES = 132  # 128 fp8 + one fp32 scale
+VLLM_V4_ALIGNMENT_BYTES = 576    # FlashMLA page alignment
+VLLM_V4_SWA_BLOCK_TOKENS = 64    # DeepseekV4SWACache.block_size
+VLLM_V4_STATE_BLOCK_TOKENS = {4: 4, 128: 8}  # CompressorStateCache.block_size per ratio
+VLLM_FP8_DS_MLA_ENTRY_BYTES = 656  # V3.2 sparse MLA row: 512 fp8 + 4 fp32 scales + 64 bf16
+ASCEND_INDEXER_ENTRY_BYTES = 130  # 128 int8 + one fp16 scale (A2/A3)
+
+_BF16 = 2
+_FP32 = 4
+
+
+def _round_up(x: float, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class CacheSpec:
+    """One cache of one layer as an engine stores it (for one sequence).
+
+    Bytes for a sequence at context ``L`` follow the four cases of the module formula.
+    """
+
+    name: str               # "window", "compressed", "indexer", "state", "indexer_state", "latent"
+    entry_bytes: float      # bytes of one stored row (token, compressed entry or state row), unpadded
+    tokens_per_entry: int   # 1, or the compression ratio
+    window_tokens: int = 0  # 0: grows with the context; > 0: keeps a window of this many tokens
+    block_tokens: int = 0   # tokens per page (scheduler units); 0: contiguous buffer, not paged
+    page_bytes: float = 0.0  # bytes of one page as allocated, padding included; 0 if not paged
+    source: str = ""        # where the layout fact comes from
+
+    def __post_init__(self):
+        if self.entry_bytes <= 0 or self.tokens_per_entry < 1 or self.window_tokens < 0:
+            raise LayoutError(f"cache {self.name!r}: entry bytes, ratio and window must be positive")
+        if self.window_tokens % self.tokens_per_entry:
+            raise LayoutError(f"cache {self.name!r}: window {self.window_tokens} is not a whole "
+                              f"number of {self.tokens_per_entry}-token entries")
+        if self.block_tokens:
+            if self.block_tokens % self.tokens_per_entry:
+                raise LayoutError(f"cache {self.name!r}: a {self.block_tokens}-token page does not hold "
+                                  f"whole {self.tokens_per_entry}-token entries")
+            rows = self.block_tokens // self.tokens_per_entry
+            if self.page_bytes < rows * self.entry_bytes:
+                raise LayoutError(f"cache {self.name!r}: page of {self.page_bytes} B cannot hold "
+                                  f"{rows} entries of {self.entry_bytes} B")
+
+    @property
+    def paged(self) -> bool:
+        return self.block_tokens > 0
+
+    @property
+    def grows(self) -> bool:
+        return self.window_tokens == 0
+
+    @property
+    def entries_per_page(self) -> int:
+        """Stored entries per page (0 if not paged)."""
+        return self.block_tokens // self.tokens_per_entry if self.paged else 0
+
+    @property
+    def fixed_bytes(self) -> float:
+        """Bytes per sequence of a windowed cache (0 for a growing one).
+
+        .. math:: B = (w / r)\\,e \\;\\text{(contiguous)}, \\qquad B = (\\lceil w / b \\rceil + 1)\\,P \\;\\text{(paged)}
+        """
+        if self.grows:
+            return 0.0
+        if self.paged:
+            return (math.ceil(self.window_tokens / self.block_tokens) + 1) * self.page_bytes
+        return self.window_tokens // self.tokens_per_entry * self.entry_bytes
+
+    @property
+    def per_token_bytes(self) -> float:
+        """Asymptotic bytes per context token of a growing cache (0 for a windowed one).
+
+        .. math:: s = e / r \\;\\text{(contiguous)}, \\qquad s = P / b \\;\\text{(paged)}
+        """
+        if not self.grows:
+            return 0.0
+        return self.page_bytes / self.block_tokens if self.paged else self.entry_bytes / self.tokens_per_entry
+
+    def bytes_at(self, context_tokens: np.ndarray) -> np.ndarray:
+        """Bytes for one sequence at each context in ``context_tokens`` (an int array)."""
+        ctx = np.asarray(context_tokens, dtype=np.int64)
+        if not self.grows:
+            return np.full(ctx.shape, self.fixed_bytes, dtype=np.float64)
+        if self.paged:
+            return -(-ctx // self.block_tokens) * float(self.page_bytes)
+        return (ctx // self.tokens_per_entry) * float(self.entry_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerKind:
+    """All layers of one attention type (same caches), main model or MTP."""
+
+    kind: str                    # "swa", "c4", "c128" (V4) or "mla" (V3)
+    compress_ratio: int          # 0: no compressed cache
+    n_layers: int                # how many layers of this kind
+    mtp: bool                    # True: MTP (next-token prediction) layers
+    caches: tuple[CacheSpec, ...]
+
+    @property
+    def key(self) -> str:
+        """Name in breakdowns: the kind, prefixed with ``mtp:`` for MTP layers."""
+        return f"mtp:{self.kind}" if self.mtp else self.kind
+
+    def _cache(self, name: str) -> CacheSpec | None:
+        return next((c for c in self.caches if c.name == name), None)
+
+    @property
+    def window_entries(self) -> int:
+        """Raw tokens kept in the sliding window (0 if none)."""
+        c = self._cache("window")
+        return c.window_tokens if c else 0
+
+    @property
+    def window_entry_bytes(self) -> float:
+        """Bytes of one window entry (0 if none)."""
+        c = self._cache("window")
+        return c.entry_bytes if c else 0.0
+
+    @property
+    def main_entry_bytes(self) -> float:
+        """Bytes of one entry of the growing main cache (compressed entry, or MLA latent)."""
+        c = self._cache("compressed") or self._cache("latent")
+        return c.entry_bytes if c else 0.0
+
+    @property
+    def indexer_entry_bytes(self) -> float:
+        """Bytes of one indexer entry (0 without an indexer)."""
+        c = self._cache("indexer")
+        return c.entry_bytes if c else 0.0
+
+    @property
+    def fixed_bytes_per_layer(self) -> float:
+        """Window plus compressor-state bytes of one layer for one sequence."""
+        return sum(c.fixed_bytes for c in self.caches)
+
+    @property
+    def per_token_bytes_per_layer(self) -> float:
+        """Asymptotic bytes per context token of one layer."""
+        return sum(c.per_token_bytes for c in self.caches)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVLayout:
+    """The KV cache of one model as one engine lays it out."""
+
+    engine: str                      # one of ENGINES
+    model: str                       # model name (preset or file)
+    model_type: str                  # "deepseek_v3" or "deepseek_v4"
+    block_size: int | None           # scheduler block size (cache_config.block_size); None: not paged
+    kv_cache_dtype: str              # the engine's cache format, e.g. "bf16", "fp8_ds_mla"
+    layer_kinds: tuple[LayerKind, ...]
+    assumptions: tuple[str, ...] = ()  # keys of ASSUMPTIONS this layout relies on
+    source: str = ""
+
+    def kinds(self, include_mtp: bool = True) -> tuple[LayerKind, ...]:
+        return tuple(k for k in self.layer_kinds if include_mtp or not k.mtp)
+
+    def fixed_bytes(self, include_mtp: bool = True) -> float:
+        """Per-sequence bytes that do not depend on the context (windows, compressor states)."""
+        return sum(k.n_layers * k.fixed_bytes_per_layer for k in self.kinds(include_mtp))
+
+    def per_token_bytes(self, include_mtp: bool = True) -> float:
+        """Asymptotic per-sequence bytes per context token (the slope)."""
+        return sum(k.n_layers * k.per_token_bytes_per_layer for k in self.kinds(include_mtp))
+
+
+def _model(model: str | Path | ModelConfig) -> ModelConfig:
+    return model if isinstance(model, ModelConfig) else load_config(model)
+
+
+def _check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise UnknownNameError("engine", engine, ENGINES)
+    return engine
+
+
+def _v4_layer_counts(cfg: ModelConfig) -> list[tuple[int, bool, int]]:
+    """(compress_ratio, is_mtp, count) in first-appearance order, main layers then MTP layers."""
+    counts: dict[tuple[int, bool], int] = {}
+    n = cfg.num_hidden_layers
+    for i in range(n + cfg.num_nextn_predict_layers):
+        ratio = cfg.compress_ratio(i)
+        if ratio not in (0, 1, 4, 128):
+            raise ConfigError(cfg.source, "compress_ratios", f"layer {i}: ratio {ratio} has no known cache "
+                              "layout (DeepSeek-V4 uses 0, 4 and 128)")
+        key = (0 if ratio <= 1 else ratio, i >= n)
+        counts[key] = counts.get(key, 0) + 1
+    return [(r, m, c) for (r, m), c in counts.items()]
+
+
+_KIND = {0: "swa", 4: "c4", 128: "c128"}
+
+
+def _v4_caches_reference(cfg: ModelConfig, ratio: int) -> tuple[CacheSpec, ...]:
+    src = "deepseek-ai/DeepSeek-V4-Flash@60d8d707 inference/model.py"
+    hd, ihd, win = cfg.head_dim, cfg.index_head_dim, cfg.sliding_window
+    caches = [CacheSpec(name="window", entry_bytes=hd * _BF16, tokens_per_entry=1, window_tokens=win,
+                        source=f"{src} Attention.__init__: kv_cache[:, :window_size, head_dim]")]
+    if ratio:
+        coff = 2 if ratio == 4 else 1
+        caches.append(CacheSpec(name="compressed", entry_bytes=hd * _BF16, tokens_per_entry=ratio,
+                                source=f"{src} Attention.__init__: kv_cache[:, window_size:] "
+                                       "(max_seq_len // compress_ratio entries)"))
+        caches.append(CacheSpec(name="state", entry_bytes=2 * coff * hd * _FP32, tokens_per_entry=1,
+                                window_tokens=coff * ratio,
+                                source=f"{src} Compressor.__init__: kv_state + score_state fp32 "
+                                       "[coff*ratio, coff*head_dim]"))
+        if ratio == 4:
+            caches.append(CacheSpec(name="indexer", entry_bytes=ihd * _BF16, tokens_per_entry=ratio,
+                                    source=f"{src} Indexer.__init__: kv_cache [max_seq_len // 4, "
+                                           "index_head_dim]"))
+            caches.append(CacheSpec(name="indexer_state", entry_bytes=2 * coff * ihd * _FP32,
+                                    tokens_per_entry=1, window_tokens=coff * ratio,
+                                    source=f"{src} Indexer.__init__: Compressor(args, 4, index_head_dim)"))
+    return tuple(caches)
+
+
+def _v4_caches_vllm(cfg: ModelConfig, ratio: int, block: int, canonical: list[int]) -> tuple[CacheSpec, ...]:
+    """vLLM V4 caches; ``canonical`` = the full-attention page sizes used to pad window-type pages."""
+    src_interface = "zyongye/vllm@434b1bdb vllm/v1/kv_cache_interface.py"
+    src_attn = "vllm-project/vllm@0a291a2e vllm/model_executor/layers/deepseek_v4_attention.py"
+    src_comp = "zyongye/vllm@40a7e032 vllm/model_executor/layers/deepseek_compressor.py"
+    src_swa = "zyongye/vllm@434b1bdb vllm/v1/attention/backends/mla/sparse_swa.py"
+    src_pad = "zyongye/vllm@434b1bdb vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"
+    align = VLLM_V4_ALIGNMENT_BYTES
+
+    def window_page(raw: float) -> int:  # alignment, then padding to the nearest full-attention page
+        aligned = _round_up(raw, align)
+        bigger = [p for p in canonical if p >= aligned]
+        if not bigger:
+            raise LayoutError(f"vLLM block_size {block}: a {aligned} B window page exceeds every "
+                              "full-attention page; vLLM asserts the opposite")
+        return min(bigger)
+
+    hd, ihd, win = cfg.head_dim, cfg.index_head_dim, cfg.sliding_window
+    e = VLLM_V4_ENTRY_BYTES
+    swa_b = VLLM_V4_SWA_BLOCK_TOKENS
+    caches = [CacheSpec(name="window", entry_bytes=e, tokens_per_entry=1, window_tokens=win,
+                        block_tokens=swa_b, page_bytes=window_page(swa_b * e),
+                        source=f"{src_swa} DeepseekV4SWACache (64-token pages, 584 B, alignment 576); "
+                               f"{src_pad}")]
+    if ratio:
+        coff = 2 if ratio == 4 else 1
+        caches.append(CacheSpec(name="compressed", entry_bytes=e, tokens_per_entry=ratio, block_tokens=block,
+                                page_bytes=_round_up(block // ratio * e, align),
+                                source=f"{src_attn} DeepseekV4MLAAttention.get_kv_cache_spec; {src_interface} "
+                                       "MLAAttentionSpec.real_page_size_bytes (storage_block_size * 584)"))
+        sb = VLLM_V4_STATE_BLOCK_TOKENS[ratio]
+        row = 2 * coff * hd * _FP32
+        caches.append(CacheSpec(name="state", entry_bytes=row, tokens_per_entry=1, window_tokens=coff * ratio,
+                                block_tokens=sb, page_bytes=window_page(sb * row),
+                                source=f"{src_comp} CompressorStateCache; {src_pad}"))
+        if ratio == 4:
+            ie = VLLM_V4_INDEXER_ENTRY_BYTES
+            caches.append(CacheSpec(name="indexer", entry_bytes=ie, tokens_per_entry=ratio, block_tokens=block,
+                                    page_bytes=_round_up(block // ratio * ie, align),
+                                    source=f"{src_attn} DeepseekV4Indexer / DeepseekV4IndexerCache "
+                                           "(k_cache_head_dim = 128 + 4, alignment 576)"))
+            irow = 2 * coff * ihd * _FP32
+            caches.append(CacheSpec(name="indexer_state", entry_bytes=irow, tokens_per_entry=1,
+                                    window_tokens=coff * ratio, block_tokens=sb, page_bytes=window_page(sb * irow),
+                                    source=f"{src_comp} CompressorStateCache (indexer compressor, head_dim "
+                                           f"128); {src_pad}"))
+    return tuple(caches)
+
+
+def _v4_caches_ascend(cfg: ModelConfig, ratio: int, block: int) -> tuple[CacheSpec, ...]:
+    src_layer = "vllm-project/vllm-ascend@007fe2aa vllm_ascend/models/layer/attention/layer.py"
+    src_model = "vllm-project/vllm-ascend@01d00526 vllm_ascend/models/deepseek_v4/model.py"
+    src_idx = "vllm-project/vllm-ascend@1afd7712 vllm_ascend/models/deepseek_v4/indexer.py"
+    src_comp = "vllm-project/vllm-ascend@0d7b8981 vllm_ascend/models/deepseek_v4/compressor.py"
+    (mla_rows, swa_rows, c4_state_rows, c128_state_rows), (pad_t1, pad_t2) = ASCEND_DSV4_BLOCK_SIZES[block]
+    hd, ihd, win = cfg.head_dim, cfg.index_head_dim, cfg.sliding_window
+    e = hd * _BF16
+    caches = [CacheSpec(name="window", entry_bytes=e, tokens_per_entry=1, window_tokens=win,
+                        block_tokens=swa_rows, page_bytes=swa_rows * e,
+                        source=f"{src_model} AscendDeepseekV4SWACache (bf16 on A2, no alignment)")]
+    if ratio:
+        coff = 2 if ratio == 4 else 1
+        caches.append(CacheSpec(name="compressed", entry_bytes=e, tokens_per_entry=ratio,
+                                block_tokens=mla_rows * ratio, page_bytes=mla_rows * e,
+                                source=f"{src_layer} DSAAttention.get_kv_cache_spec "
+                                       "(block_size = storage rows x ratio)"))
+        state_rows = c4_state_rows if ratio == 4 else c128_state_rows
+        row = 2 * coff * hd * _FP32
+        caches.append(CacheSpec(name="state", entry_bytes=row, tokens_per_entry=1, window_tokens=coff * ratio,
+                                block_tokens=state_rows, page_bytes=max(pad_t2, state_rows * row),
+                                source=f"{src_comp} AscendCompressorStateCache (page_size_padded = pads[1])"))
+        if ratio == 4:
+            ie = ASCEND_INDEXER_ENTRY_BYTES
+            caches.append(CacheSpec(name="indexer", entry_bytes=ie, tokens_per_entry=ratio,
+                                    block_tokens=mla_rows * ratio, page_bytes=mla_rows * ie,
+                                    source=f"{src_idx} AscendDeepseekV4IndexerCache (int8 + fp16 scale)"))
+            irow = 2 * coff * ihd * _FP32
+            caches.append(CacheSpec(name="indexer_state", entry_bytes=irow, tokens_per_entry=1,
+                                    window_tokens=coff * ratio, block_tokens=c4_state_rows,
+                                    page_bytes=max(pad_t1, c4_state_rows * irow),
+                                    source=f"{src_comp} AscendCompressorStateCache (state_dim 512 -> pads[0])"))
+    return tuple(caches)
+
+
+def _v4_layout(cfg: ModelConfig, engine: str, block_size: int | None, kv_cache_dtype: str | None) -> KVLayout:
+    fmt = {"reference": "bf16", "vllm": "fp8_ds_mla", "vllm-ascend": "bf16"}[engine]
+    if kv_cache_dtype not in (None, "auto", fmt):
+        raise LayoutError(f"DeepSeek-V4 on {engine} stores its KV cache as {fmt}; "
+                          f"kv_cache_dtype {kv_cache_dtype!r} is not modelled")
+    counts = _v4_layer_counts(cfg)
+    common = ("window-full-at-any-context",)
+    if engine == "reference":
+        if block_size is not None:
+            raise LayoutError("the reference implementation does not page its cache; block_size must be None")
+        kinds = tuple(LayerKind(kind=_KIND[r], compress_ratio=r, n_layers=c, mtp=m,
+                                caches=_v4_caches_reference(cfg, r)) for r, m, c in counts)
+        return KVLayout(engine=engine, model=cfg.name, model_type=cfg.model_type, block_size=None,
+                        kv_cache_dtype=fmt, layer_kinds=kinds,
+                        assumptions=("reference-buffer-sized-to-context", "reference-bf16", *common),
+                        source="deepseek-ai/DeepSeek-V4-Flash@60d8d707 inference/model.py")
+    block = block_size if block_size is not None else DEFAULT_BLOCK_SIZE[(engine, cfg.model_type)]
+    if engine == "vllm":
+        if block % 128 or block < 256:
+            raise LayoutError(f"vLLM block_size {block} for DeepSeek-V4: must be a multiple of 128 (a page "
+                              "holds whole ratio-128 entries) and at least 256 (the 64-token window page must "
+                              "fit under the ratio-4 page)")
+        ratios = {r for r, _, _ in counts}
+        canonical = sorted({_round_up(block // r * VLLM_V4_ENTRY_BYTES, VLLM_V4_ALIGNMENT_BYTES)
+                            for r in ratios if r}
+                           | ({_round_up(block // 4 * VLLM_V4_INDEXER_ENTRY_BYTES, VLLM_V4_ALIGNMENT_BYTES)}
+                              if 4 in ratios else set()))
+        kinds = tuple(LayerKind(kind=_KIND[r], compress_ratio=r, n_layers=c, mtp=m,
+                                caches=_v4_caches_vllm(cfg, r, block, canonical)) for r, m, c in counts)
+        return KVLayout(engine=engine, model=cfg.name, model_type=cfg.model_type, block_size=block,
+                        kv_cache_dtype=fmt, layer_kinds=kinds,
+                        assumptions=(*common, "decode-one-new-token", "no-prefix-sharing", "no-pool-tuple-padding"),
+                        source="vllm-project/vllm@0a291a2e, zyongye/vllm@434b1bdb (DeepSeek-V4 support)")
+    if block not in ASCEND_DSV4_BLOCK_SIZES:
+        raise LayoutError(f"vllm-ascend block_size {block} for DeepSeek-V4: supported "
+                          f"{sorted(ASCEND_DSV4_BLOCK_SIZES)} (get_dsv4_block_sizes)")
+    kinds = tuple(LayerKind(kind=_KIND[r], compress_ratio=r, n_layers=c, mtp=m,
+                            caches=_v4_caches_ascend(cfg, r, block)) for r, m, c in counts)
+    return KVLayout(engine=engine, model=cfg.name, model_type=cfg.model_type, block_size=block,
+                    kv_cache_dtype=fmt, layer_kinds=kinds,
+                    assumptions=(*common, "decode-one-new-token", "no-prefix-sharing", "ascend-a2"),
+                    source="vllm-project/vllm-ascend (files and commits in each cache's source)")
+
+
+_V3_DTYPES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0}
+
+
+def _v3_layout(cfg: ModelConfig, engine: str, block_size: int | None, kv_cache_dtype: str | None) -> KVLayout:
+    width = cfg.kv_lora_rank + cfg.qk_rope_head_dim  # 576 for DeepSeek-V3
+    dtype = kv_cache_dtype or "auto"
+    allowed = {"reference": ("auto", "bf16"), "vllm": ("auto", "bf16", "fp8", "fp8_ds_mla"),
+               "vllm-ascend": ("auto", "bf16")}[engine]
+    if dtype not in allowed:
+        raise LayoutError(f"DeepSeek-V3 on {engine}: kv_cache_dtype {dtype!r} not modelled "
+                          f"(modelled: {', '.join(allowed)})")
+    if dtype == "fp8_ds_mla":
+        entry = float(VLLM_FP8_DS_MLA_ENTRY_BYTES)
+        src = ("zyongye/vllm@434b1bdb vllm/v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes "
+               "(block_size * 656; the sparse-MLA layout of DeepSeek-V3.2, not used by V3's dense MLA)")
+    else:
+        entry = width * _V3_DTYPES[dtype]
+        src = ("deepseek-ai/DeepSeek-V3 inference/model.py MLA.__init__ (kv_cache + pe_cache, absorb)"
+               if engine == "reference" else
+               "vLLM MLAAttentionSpec.real_page_size_bytes: block * heads(1) * head_size(576) * dtype size")
+    assumptions: tuple[str, ...] = ("no-prefix-sharing",)
+    if engine == "reference":
+        if block_size is not None:
+            raise LayoutError("the reference implementation does not page its cache; block_size must be None")
+        block, page = 0, 0.0
+        assumptions = ("reference-buffer-sized-to-context", "reference-bf16")
+    else:
+        block = block_size if block_size is not None else DEFAULT_BLOCK_SIZE[(engine, cfg.model_type)]
+        if block < 1:
+            raise LayoutError(f"block_size must be positive, got {block}")
+        page = block * entry
+        if engine == "vllm" and block_size is None:
+            assumptions = (*assumptions, "v3-vllm-block-64")
+    cache = CacheSpec(name="latent", entry_bytes=entry, tokens_per_entry=1, block_tokens=block,
+                      page_bytes=page, source=src)
+    kinds = [LayerKind(kind="mla", compress_ratio=0, n_layers=cfg.num_hidden_layers, mtp=False, caches=(cache,))]
+    if cfg.num_nextn_predict_layers:
+        kinds.append(LayerKind(kind="mla", compress_ratio=0, n_layers=cfg.num_nextn_predict_layers, mtp=True,
+                               caches=(cache,)))
+    return KVLayout(engine=engine, model=cfg.name, model_type=cfg.model_type, block_size=block or None,
+                    kv_cache_dtype="bf16" if dtype == "auto" else dtype, layer_kinds=tuple(kinds),
+                    assumptions=assumptions, source=src)
+
+
+def engine_layout(engine: str, model: str | Path | ModelConfig, *, block_size: int | None = None,
+                  kv_cache_dtype: str | None = None) -> KVLayout:
+    """The KV cache layout of ``model`` in ``engine``: per layer kind, its caches and their bytes.
+
+    Parameters
+    ----------
+    engine : str
+        One of :data:`ENGINES`.
+    model : str, Path or ModelConfig
+        A preset name (``"deepseek-v3"``, ``"deepseek-v4-flash"``), a ``config.json`` path, or a config.
+    block_size : int, optional
+        The scheduler block size (``cache_config.block_size``); ``None``: the engine's default
+        (:data:`DEFAULT_BLOCK_SIZE`). Must be ``None`` for the unpaged reference.
+    kv_cache_dtype : str, optional
+        DeepSeek-V3 on vLLM only: ``"auto"``/``"bf16"`` (2 B per value), ``"fp8"`` (1 B) or
+        ``"fp8_ds_mla"`` (656 B rows). V4 formats are fixed per engine.
+
+    Returns
+    -------
+    KVLayout
+
+    Notes
+    -----
+    Per layer and sequence, the growing caches add ``e / r`` bytes per token (or ``P / b`` when paged)
+    and the windowed ones a constant:
+
+    .. math:: B_\\text{layer}(L) = \\sum_\\text{growing} \\lceil L / b \\rceil P + \\sum_\\text{windowed} (\\lceil w / b \\rceil + 1) P
+
+    Source: see the module docstring; every :class:`CacheSpec` carries its own ``source``.
+    """
+    _check_engine(engine)
+    cfg = _model(model)
+    if cfg.model_type == "deepseek_v4":
+        return _v4_layout(cfg, engine, block_size, kv_cache_dtype)
+    return _v3_layout(cfg, engine, block_size, kv_cache_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# bytes per sequence
+# ---------------------------------------------------------------------------------------------
+def _context_array(context_tokens, *, minimum: int) -> tuple[np.ndarray, bool]:
+    arr = np.asarray(context_tokens)
+    scalar = arr.ndim == 0
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise LayoutError(f"context_tokens must be a number of tokens, got {context_tokens!r}")
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
+            raise LayoutError("context_tokens must be whole numbers of tokens")
+    if np.any(arr < minimum):
+        raise LayoutError(f"context_tokens must be at least {minimum}, got {np.min(arr)}")
+    return arr.astype(np.int64), scalar
+
+
+def _out(x: np.ndarray, scalar: bool):
+    return float(x) if scalar else x
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class KVResult:
+    """KV cache of one sequence (or an array of contexts) in one engine.
+
+    Array-valued fields are ``numpy`` arrays when the context was an array, floats otherwise.
+    """
+
+    engine: str
+    model: str
+    include_mtp: bool
+    block_size: int | None
+    context_tokens: int | np.ndarray          # tokens in the cache
+    fixed_bytes: float                         # independent of context: windows, compressor states
+    per_token_bytes_asymptotic: float          # slope d(total)/d(context), page rounding aside
+    total_bytes: float | np.ndarray            # per sequence
+    per_token_bytes_average: float | np.ndarray  # total / context
+    by_layer_kind: dict = field(default_factory=dict)  # "swa", "c4", "c128", "mla", "mtp:swa" ... -> bytes
+    by_cache: dict = field(default_factory=dict)       # "window", "compressed", "indexer", "state", ... -> bytes
+    mla_bytes_per_token_bf16: float | None = None      # V3 only: plain MLA, (kv_lora_rank + rope) x 2 B x layers
+
+
+def mla_bytes_per_token(model: str | Path | ModelConfig, *, dtype_bytes: float = 2.0,
+                        include_mtp: bool = False) -> float:
+    """Plain MLA cache bytes per token of a DeepSeek-V3-type model, summed over layers.
+
+    .. math:: b_\\text{token} = n_\\text{layers} \\, (d_c + d_h^R) \\, s_\\text{dtype}
+
+    with ``d_c = kv_lora_rank`` and ``d_h^R = qk_rope_head_dim``. DeepSeek-V3 in BF16: 61 x 576 x 2 =
+    70,272 B.
+
+    Source: arXiv 2505.09343 (Insights into DeepSeek-V3), Table 1; deepseek-ai/DeepSeek-V3
+    ``inference/model.py`` ``MLA.__init__`` (kv_cache + pe_cache).
+    """
+    cfg = _model(model)
+    if cfg.kv_lora_rank is None:
+        raise ConfigError(cfg.source, "kv_lora_rank", f"model_type {cfg.model_type!r} has no MLA latent cache")
+    if dtype_bytes <= 0:
+        raise LayoutError(f"dtype_bytes must be positive, got {dtype_bytes}")
+    layers = cfg.num_hidden_layers + (cfg.num_nextn_predict_layers if include_mtp else 0)
+    return layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * dtype_bytes
+
+
+def kv_bytes(model: str | Path | ModelConfig, context_tokens, engine: str = "vllm-ascend", *,
+             include_mtp: bool = True, block_size: int | None = None,
+             kv_cache_dtype: str | None = None) -> KVResult:
+    """KV cache bytes of one sequence holding ``context_tokens`` tokens.
+
+    Parameters
+    ----------
+    model : str, Path or ModelConfig
+        Preset name, ``config.json`` path or config.
+    context_tokens : int or array of int
+        Tokens in the cache (at least 1). An array gives array results (one pass, no Python loop).
+    engine : str
+        One of :data:`ENGINES` (default ``"vllm-ascend"``, the V4 article's engine).
+    include_mtp : bool
+        Count the MTP layers' caches (needed when MTP speculative decoding is on).
+    block_size, kv_cache_dtype
+        As in :func:`engine_layout`.
+
+    Returns
+    -------
+    KVResult
+
+    Notes
+    -----
+    .. math::
+
+       B_\\text{seq}(L) = \\sum_\\text{kinds} n_\\text{layers} \\sum_\\text{caches} B_\\text{cache}(L),
+       \\qquad \\bar b(L) = B_\\text{seq}(L) / L
+
+    Source: :func:`engine_layout`.
+    """
+    cfg = _model(model)
+    layout = engine_layout(engine, cfg, block_size=block_size, kv_cache_dtype=kv_cache_dtype)
+    ctx, scalar = _context_array(context_tokens, minimum=1)
+    by_kind: dict[str, np.ndarray] = {}
+    by_cache: dict[str, np.ndarray] = {}
+    total = np.zeros(ctx.shape, dtype=np.float64)
+    for kind in layout.kinds(include_mtp):
+        kind_bytes = np.zeros(ctx.shape, dtype=np.float64)
+        for cache in kind.caches:
+            b = kind.n_layers * cache.bytes_at(ctx)
+            kind_bytes = kind_bytes + b
+            by_cache[cache.name] = by_cache.get(cache.name, 0.0) + b
+        by_kind[kind.key] = by_kind.get(kind.key, 0.0) + kind_bytes
+        total = total + kind_bytes
+    mla = (mla_bytes_per_token(cfg, include_mtp=include_mtp) if cfg.model_type == "deepseek_v3" else None)
+    return KVResult(
+        engine=engine, model=layout.model, include_mtp=include_mtp, block_size=layout.block_size,
+        context_tokens=int(ctx) if scalar else ctx,
+        fixed_bytes=layout.fixed_bytes(include_mtp),
+        per_token_bytes_asymptotic=layout.per_token_bytes(include_mtp),
+        total_bytes=_out(total, scalar),
+        per_token_bytes_average=_out(total / ctx, scalar),
+        by_layer_kind={k: _out(v, scalar) for k, v in by_kind.items()},
+        by_cache={k: _out(v, scalar) for k, v in by_cache.items()},
+        mla_bytes_per_token_bf16=mla,
+    )
+
+
+def article_kv_bytes(context_tokens, per_token_kb: float = 44.0, kb: int = 1000):
+    """The V4 article's KV model: a constant number of KB per token, whatever the context.
+
+    .. math:: B = L \\, k \\, u_\\text{KB}
+
+    with ``k`` = 44 (§6.2, §6.3, §7.2; §6.1 also gives 86 and 22, see :data:`ARTICLE_PER_TOKEN_KB`) and
+    ``u_KB`` = 1000 or 1024 bytes: the article computes with both (``4096 x 44KB = 180 MB`` and
+    ``8000 x 44KB = 352 MB`` hold with 1000; its GB totals mix conventions).
+
+    Parameters
+    ----------
+    context_tokens : int or array of int
+        Tokens (>= 0); multiply by the number of sequences yourself.
+    per_token_kb : float
+        KB per token.
+    kb : {1000, 1024}
+        Bytes per KB.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Bytes.
+
+    Source: deepseek-v4-flash-910b-pd-analysis.zh.txt §6.1 ("保守估计: ~44 KB/token"), §6.3, §7.2.
+    """
+    if kb not in (1000, 1024):
+        raise LayoutError(f"kb must be 1000 or 1024 bytes, got {kb!r}")
+    if not per_token_kb > 0:
+        raise LayoutError(f"per_token_kb must be positive, got {per_token_kb!r}")
+    ctx, scalar = _context_array(context_tokens, minimum=0)
+    return _out(ctx * float(per_token_kb) * kb, scalar)
+
+
+def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | ModelConfig,
+                       engine: str = "vllm-ascend", block_size: int | None = None, *,
+                       include_mtp: bool = True):
+    """How many sequences of ``context_tokens`` fit in a KV budget of ``kv_budget_bytes``.
+
+    Each sequence takes whole pages per cache of each layer (paged engines) or its own buffer
+    (reference), so:
+
+    .. math:: N = \\left\\lfloor \\frac{B_\\text{budget}}{B_\\text{seq}(L)} \\right\\rfloor
+
+    with :math:`B_\\text{seq}` from :func:`kv_bytes` (pages already rounded up per layer group).
+    Broadcasts over arrays of budgets and contexts.
+
+    Parameters
+    ----------
+    kv_budget_bytes : float or array
+        Bytes available for the KV cache (>= 0), e.g. per card.
+    context_tokens : int or array of int
+        Context of every sequence (>= 1).
+    model, engine, block_size, include_mtp
+        As in :func:`kv_bytes`; ``block_size=None`` takes the engine default (128 for vllm-ascend).
+
+    Returns
+    -------
+    int or numpy.ndarray of int
+
+    Source: :func:`kv_bytes`; assumption ``no-prefix-sharing``.
+    """
+    budget = np.asarray(kv_budget_bytes, dtype=np.float64)
+    if not np.all(np.isfinite(budget)) or np.any(budget < 0):
+        raise LayoutError("kv_budget_bytes must be finite and non-negative")
+    per_seq = np.asarray(kv_bytes(model, context_tokens, engine, include_mtp=include_mtp,
+                                  block_size=block_size).total_bytes)
+    n = np.floor(budget / per_seq).astype(np.int64)
+    return int(n) if n.ndim == 0 else n
