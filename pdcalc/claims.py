@@ -276,7 +276,7 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
         if isinstance(x, tuple):
             return " ~ ".join(fmt(v, printed) for v in x)
         if abs(x) >= 1e4 or float(x).is_integer():
-            return f"{x:,.0f}" if float(x).is_integer() or abs(x) >= 1e4 else f"{x:,.2f}"
+            return f"{x:,.0f}"
         d = min(_printed_decimals(printed) + 2, 6)
         return f"{x:,.{d}f}"
 

@@ -103,11 +103,11 @@ def cluster_map(deployment: dict, model: str, scheme: str, *, mtp: bool = True) 
 
     rows, card = [], 0
     per_server = deployment["cards_per_server"]
+    n_experts = get_inventory(model).n_routed_experts
     for role, n_inst, dp, tp in (("P", deployment["prefill_instances"], deployment["prefill_dp"], deployment["prefill_tp"]),
                                  ("D", deployment["decode_instances"], deployment["decode_dp"], deployment["decode_tp"])):
         ep = dp * tp
-        inv = get_inventory(model)
-        placement = place_experts(inv.n_routed_experts, ep)
+        placement = place_experts(n_experts, ep)
         w = card_weights(model, scheme, ep=ep, tp=tp, mtp=mtp)
         for inst in range(n_inst):
             for rank in range(ep):

@@ -433,9 +433,11 @@ recomputes("v4-5.2.7-misc-bytes", method="article: RMSNorm + mHC x 1 B, GB", why
 
 
 @recomputes("v4-5.2.6-mhc-params", method="official inventory: all mHC mixing parameters of the main model",
-            why=lambda: f"The official mHC parameters are {_ocat('mhc'):,}: per block 2 sites x (24 x 16,384 "
-                        f"+ 24 + 3), plus the output head's {sum(t.params for t in _inv(V4).tensors if t.layer is None and t.category == 'mhc'):,}; about "
-                        f"{_ocat('mhc') / 1e6:.0f}M, not ~1M.")
+            why=lambda: f"The official mHC parameters are {_ocat('mhc'):,}: "
+                        f"{sum(t.params for t in _inv(V4).tensors if t.layer == 0 and t.category == 'mhc'):,} per "
+                        f"block (two mixing sites) plus the output head's "
+                        f"{sum(t.params for t in _inv(V4).tensors if t.layer is None and t.category == 'mhc'):,}; "
+                        f"about {_ocat('mhc') / 1e6:.0f}M, not ~1M.")
 def _v4_mhc():
     return _ocat("mhc")
 
