@@ -13,7 +13,8 @@ Verdicts are computed, never typed:
     (a bound such as "<0.02 GB" holds);
 ``rounding``
     off by more than half but at most one unit in the last significant printed digit (the trailing
-    zeros of a printed integer are not significant: "3,170M" is precise to 10M, "~280GB" to 10 GB);
+    zeros of a printed integer are not significant: "3,170M" is precise to 10M, "~280GB" to 10 GB),
+    and by at most 10% of the printed value;
 ``erratum``
     anything else; an explanation is required;
 ``input``
@@ -133,17 +134,28 @@ def _bound(printed: str) -> str | None:
 EXACT_UNITS = frozenset({"count", "cards", "servers", "experts", "layers", "users", "sequences", "replicas",
                          "instances", "groups", "heads", "dim", "params", "tokens"})
 _APPROX = ("~", "≈", "约", "量级")
+#: A "rounding" slip is at most one unit in the last printed digit *and* at most this fraction of the
+#: printed value: "1 KB" for 0.13 KB is not a rounding slip, whatever its last digit.
+ROUNDING_MAX_RELATIVE = 0.1
 
 
 def judge(printed: str, value, recomputed, unit: str | None = None) -> tuple[str, float | None]:
     """Verdict and signed difference (recomputed - printed) of one number.
 
     An integer in one of :data:`EXACT_UNITS` printed without an approximation mark is exact: any
-    difference is an erratum.
+    difference is an erratum. A printed range against one recomputed number matches when the number lies
+    in the range (the delta is then the distance outside it); against a recomputed range it is judged end
+    by end.
     """
+    if isinstance(value, (list, tuple)) and not isinstance(recomputed, (list, tuple)):
+        # one recomputed number against a printed range ("数百GB": somewhere in the hundreds)
+        lo, hi = float(value[0]), float(value[1])
+        r = float(recomputed)
+        inside = lo <= r <= hi
+        return ("match" if inside else "erratum"), (0.0 if inside else (r - lo if r < lo else r - hi))
     if isinstance(value, (list, tuple)):
-        if not isinstance(recomputed, (list, tuple)) or len(recomputed) != len(value):
-            raise TypeError("a printed range needs a recomputed range")
+        if len(recomputed) != len(value):
+            raise TypeError("a printed range needs a recomputed range of the same length")
         parts = [judge(printed, v, r, unit) for v, r in zip(value, recomputed)]
         order = ("match", "rounding", "erratum")
         worst = max((p[0] for p in parts), key=order.index)
@@ -159,7 +171,7 @@ def judge(printed: str, value, recomputed, unit: str | None = None) -> tuple[str
     unit = _last_digit_unit(printed, v)
     if abs(delta) <= 0.5 * unit * (1 + 1e-9) + 1e-12 * abs(v):
         return "match", delta
-    if abs(delta) <= unit * (1 + 1e-9):
+    if abs(delta) <= unit * (1 + 1e-9) and abs(delta) <= ROUNDING_MAX_RELATIVE * abs(v):
         return "rounding", delta
     return "erratum", delta
 

@@ -106,3 +106,58 @@ def budget(card, weights_bytes: float, *, utilization: float = 0.9, activation_b
     return Budget(card=c.name, base_bytes=base_bytes, utilization=utilization, usable_bytes=usable,
                   weights_bytes=weights_bytes, activation_bytes=activation_bytes, overhead_bytes=overhead_bytes,
                   kv_bytes=kv)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """One card's memory, part by part, against what the engine may use.
+
+    ``parts`` maps a part name (weights, KV cache, activations, framework ...) to bytes; ``usable_bytes``
+    is what the engine may fill (utilisation x the memory it sees), ``capacity_bytes`` the card's
+    memory that percentages are taken of (the installed or visible memory).
+    """
+
+    label: str
+    usable_bytes: float
+    capacity_bytes: float
+    parts: dict = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> float:
+        return float(sum(self.parts.values()))
+
+    @property
+    def free_bytes(self) -> float:
+        """Usable memory left after every part (negative: over budget)."""
+        return self.usable_bytes - self.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.free_bytes >= 0
+
+    def verdict(self, unit: float = GiB, unit_name: str = "GiB") -> str:
+        if self.fits:
+            return f"fits, {self.free_bytes / unit:.2f} {unit_name} to spare"
+        return f"does not fit, short by {-self.free_bytes / unit:.2f} {unit_name}"
+
+    def shares(self) -> dict:
+        """Each part, and what is left of the usable memory, as a fraction of ``capacity_bytes``."""
+        out = {k: v / self.capacity_bytes for k, v in self.parts.items()}
+        out["free"] = self.free_bytes / self.capacity_bytes
+        return out
+
+
+def memory_plan(label: str, *, usable_bytes: float, capacity_bytes: float, **parts: float) -> MemoryPlan:
+    """A :class:`MemoryPlan` from named parts in bytes.
+
+    .. math:: M_\\text{free} = M_\\text{usable} - \\sum_i M_i
+
+    Raises :class:`~pdcalc.errors.LayoutError` for a negative part or a non-positive capacity.
+    """
+    if not capacity_bytes > 0 or not usable_bytes > 0:
+        raise LayoutError(f"{label}: usable and capacity bytes must be positive")
+    for name, v in parts.items():
+        if not v >= 0:
+            raise LayoutError(f"{label}: part {name!r} must be a non-negative number of bytes, got {v!r}")
+    return MemoryPlan(label=label, usable_bytes=float(usable_bytes), capacity_bytes=float(capacity_bytes),
+                      parts={k: float(v) for k, v in parts.items()})

@@ -18,12 +18,16 @@ from pdcalc.claims import judge
     ("~280GB", 280, 284.3, "match"),                  # trailing zeros are not significant
     ("3,170M", 3170, 3167.55, "match"),
     ("~0.2B", 0.2, 0.055, "erratum"),                 # approximate, but 4x off
+    ("1 KB", 1, 0.128, "erratum"),                    # within one unit of "1", but 8x off
+    ("~2 KB/token", 2, 1.024, "erratum"),
     ("25,165,824", 25165824, 25165824, "match"),
     ("277,071,310,848", 277071310848, 277025390592, "erratum"),
     ("<0.02 GB", 0.02, 0.0054, "match"),              # a bound that holds
     ("<0.02 GB", 0.02, 0.035, "erratum"),
     ("21~42 GB", (21, 42), (21.1, 42.2), "match"),
     ("21~42 GB", (21, 42), (21.1, 45.0), "erratum"),
+    ("数百GB", (100, 999), 178.2, "match"),             # one number inside a printed range
+    ("数百GB", (100, 999), 42.0, "erratum"),
 ])
 def test_judge(printed, value, recomputed, verdict):
     assert judge(printed, value, recomputed)[0] == verdict
@@ -42,6 +46,13 @@ def test_exact_units(printed, unit, recomputed, verdict):
 
 def test_judge_delta_sign():
     assert judge("10 GB", 10, 12)[1] == pytest.approx(2)
+    assert judge("数百GB", (100, 999), 42.0)[1] == pytest.approx(-58)   # distance below the range
+    assert judge("数百GB", (100, 999), 178.2)[1] == 0
+
+
+def test_judge_range_length_mismatch():
+    with pytest.raises(TypeError, match="same length"):
+        judge("21~42 GB", (21, 42), (21.1, 42.2, 50.0))
 
 
 def test_every_claim_has_required_fields_and_unique_id():

@@ -1,0 +1,48 @@
+"""Recomputations for the V4 article's Mooncake KV transfer (§7.2): its constant 44 KB per token
+(1 KB = 1000 B) over its stated 18 GB/s, no fixed cost."""
+
+from __future__ import annotations
+
+from pdcalc.audit.budgets import kb_per_token
+from pdcalc.claims import _REGISTRY, printed_value, recomputes
+from pdcalc.kv_cache import article_kv_bytes
+from pdcalc.units import GB, MB
+
+_BEFORE = set(_REGISTRY)
+
+
+def article_transfer_bytes(tokens: int) -> float:
+    """The article's KV bytes of a prompt of ``tokens`` tokens."""
+    return article_kv_bytes(tokens, kb_per_token())
+
+
+def article_transfer_ms(tokens: int) -> float:
+    """The article's transfer time: bytes / 18 GB/s, ms."""
+    return article_transfer_bytes(tokens) / (printed_value("v4-7.2-eff-bw") * GB) * 1e3
+
+
+recomputes("v4-7.2-kv-transfer", method="article: 8000 tokens x 44 KB, MB")(
+    lambda: article_transfer_bytes(printed_value("v4-7.2-input-tokens")) / MB)
+recomputes("v4-7.2-latency-8k", method="article: 352 MB / 18 GB/s, ms")(
+    lambda: article_transfer_ms(printed_value("v4-7.2-input-tokens")))
+
+
+def _k128():
+    return printed_value("v4-7.2-ctx-128k")
+
+
+def _why_128k():
+    k = _k128() // 1024
+    return (f"128K = {_k128():,} tokens x 44 KB = {article_transfer_bytes(_k128()) / GB:.2f} GB; the printed 5.6 GB "
+            f"is {k * 1000:,} x 44 KB = {article_transfer_bytes(k * 1000) / GB:.2f} GB (128K read as {k * 1000:,}).")
+
+
+recomputes("v4-7.2-kv-transfer-128k", method="article: 128K tokens x 44 KB, GB", why=_why_128k)(
+    lambda: article_transfer_bytes(_k128()) / GB)
+recomputes("v4-7.2-latency-128k", method="article: 128K x 44 KB / 18 GB/s, ms",
+           why=lambda: f"{article_transfer_bytes(_k128()) / GB:.2f} GB / 18 GB/s = {article_transfer_ms(_k128()):.0f} "
+                       f"ms; the printed ~310 ms follows the 5.6 GB that reads 128K as "
+                       f"{_k128() // 1024 * 1000:,} tokens.")(lambda: article_transfer_ms(_k128()))
+
+#: The claims this module recomputes.
+CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)
