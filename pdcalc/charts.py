@@ -82,3 +82,92 @@ def memory_vs_ep_chart(rows: pd.DataFrame, usable_gib: float, marks: dict, title
     marks_layer = alt.Chart(mk).mark_rule(color="black", opacity=0.4).encode(x="ep:Q") + alt.Chart(mk).mark_text(
         dy=-140, dx=6, align="left").encode(x="ep:Q", text="label:N")
     return (lines + rule + marks_layer).properties(width=440, height=300, title=title)
+
+
+def kv_context_chart(rows: pd.DataFrame, title: str):
+    """KV cache per sequence against context, log-log; ``rows``: ``context_tokens, series, mb_per_seq, kind``
+    (kind "article" draws dashed)."""
+    import altair as alt
+
+    return alt.Chart(rows).mark_line().encode(
+        x=alt.X("context_tokens:Q", title="context (tokens)", scale=alt.Scale(type="log")),
+        y=alt.Y("mb_per_seq:Q", title="KV cache per sequence (MB)", scale=alt.Scale(type="log")),
+        color=alt.Color("series:N", title=None),
+        strokeDash=alt.StrokeDash("kind:N", title=None, legend=None),
+        tooltip=["series", "context_tokens", alt.Tooltip("mb_per_seq:Q", format=",.1f", title="MB per sequence")],
+    ).properties(width=440, height=300, title=title)
+
+
+def memory_stack_chart(rows: pd.DataFrame, title: str):
+    """Stacked per-card memory; ``rows``: ``plan, part, gb, usable_gb`` (one usable value per plan)."""
+    import altair as alt
+
+    order = {"weights": 0, "kv cache": 1, "activations": 2, "framework": 3}
+    rows = rows.assign(order=rows["part"].map(order).fillna(9))
+    bars = alt.Chart(rows).mark_bar().encode(
+        x=alt.X("sum(gb):Q", title="memory per card (GB)"),
+        y=alt.Y("plan:N", title=None, sort=None),
+        color=alt.Color("part:N", title="part", sort=list(order), scale=alt.Scale(scheme="tableau10")),
+        order=alt.Order("order:Q"),
+        tooltip=["plan", "part", alt.Tooltip("gb:Q", format=".2f", title="GB")],
+    )
+    usable = rows.drop_duplicates("plan")[["plan", "usable_gb"]]
+    ticks = alt.Chart(usable).mark_tick(color="black", thickness=2, size=22).encode(
+        x="usable_gb:Q", y=alt.Y("plan:N", sort=None),
+        tooltip=["plan", alt.Tooltip("usable_gb:Q", format=".2f", title="usable GB")])
+    return (bars + ticks).properties(width=440, height=alt.Step(26), title=title).configure_axis(labelLimit=260)
+
+
+def capacity_chart(rows: pd.DataFrame, max_seqs: int, points: pd.DataFrame, title: str):
+    """Sequences that fit on one card against context; ``rows``: ``context_tokens, series, sequences``;
+    ``points``: ``context_tokens, sequences, label`` (scenarios); a rule at the scheduler's ``max_seqs``."""
+    import altair as alt
+
+    lines = alt.Chart(rows).mark_line().encode(
+        x=alt.X("context_tokens:Q", title="context per sequence (tokens)", scale=alt.Scale(type="log")),
+        y=alt.Y("sequences:Q", title="sequences that fit per card", scale=alt.Scale(type="symlog")),
+        color=alt.Color("series:N", title=None),
+        tooltip=["series", "context_tokens", "sequences"],
+    )
+    rule = alt.Chart(pd.DataFrame({"y": [max_seqs]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
+    pts = alt.Chart(points).mark_point(filled=True, size=60, color="black").encode(
+        x="context_tokens:Q", y="sequences:Q", tooltip=["label", "context_tokens", "sequences"])
+    text = alt.Chart(points).mark_text(dx=7, dy=-7, align="left").encode(
+        x="context_tokens:Q", y="sequences:Q", text="label:N")
+    return (lines + rule + pts + text).properties(width=440, height=300, title=title)
+
+
+def transfer_chart(rows: pd.DataFrame, measured: pd.DataFrame, title: str):
+    """Transfer time against prompt length, log-log; ``rows``: ``prompt_tokens, series, ms``;
+    ``measured``: ``prompt_tokens, ms, label`` drawn as points."""
+    import altair as alt
+
+    lines = alt.Chart(rows).mark_line().encode(
+        x=alt.X("prompt_tokens:Q", title="prompt (tokens)", scale=alt.Scale(type="log")),
+        y=alt.Y("ms:Q", title="KV transfer time (ms)", scale=alt.Scale(type="log")),
+        color=alt.Color("series:N", title=None),
+        tooltip=["series", "prompt_tokens", alt.Tooltip("ms:Q", format=",.2f")],
+    )
+    pts = alt.Chart(measured).mark_point(filled=True, size=45, color="black").encode(
+        x="prompt_tokens:Q", y="ms:Q", shape=alt.Shape("label:N", title=None),
+        tooltip=["label", "prompt_tokens", alt.Tooltip("ms:Q", format=",.2f")])
+    return (lines + pts).properties(width=440, height=300, title=title)
+
+
+def dp_sweep_chart(rows: pd.DataFrame, title: str):
+    """The dp-size sweep: per side (P, D), GB per card against dp for each quantity; ``rows``:
+    ``side, dp, quantity, model, gb, chosen`` (``chosen``: the article's dp on that side, drawn as a band)."""
+    import altair as alt
+
+    lines = alt.Chart().mark_line(point=True).encode(
+        x=alt.X("dp:Q", title="dp = EP group size (cards)", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("gb:Q", title="GB per card"),
+        color=alt.Color("quantity:N", title=None),
+        strokeDash=alt.StrokeDash("model:N", title=None),
+        tooltip=["side", "model", "quantity", "dp", alt.Tooltip("gb:Q", format=".2f")],
+    )
+    zero = alt.Chart().mark_rule(color="gray").encode(y=alt.datum(0))
+    chosen = alt.Chart().mark_rule(color="black", opacity=0.25, strokeWidth=8).encode(x="dp:Q").transform_filter(
+        "datum.chosen")
+    return alt.layer(chosen, zero, lines, data=rows).properties(width=300, height=260).facet(
+        column=alt.Column("side:N", title=None)).properties(title=title)

@@ -800,3 +800,36 @@ def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | Mode
                                   block_size=block_size).total_bytes)
     n = np.floor(budget / per_seq).astype(np.int64)
     return int(n) if n.ndim == 0 else n
+
+
+def max_context(kv_budget_bytes: float, n_sequences: int, model: str | Path | ModelConfig,
+                engine: str = "vllm-ascend", block_size: int | None = None, *, include_mtp: bool = True,
+                limit_tokens: int | None = None) -> int:
+    """The longest context at which ``n_sequences`` sequences still fit in ``kv_budget_bytes``.
+
+    .. math:: L^* = \\max \\{ L : n \\, B_\\text{seq}(L) \\le B_\\text{budget} \\}
+
+    found by bisection (``B_seq`` is non-decreasing in ``L``), up to ``limit_tokens`` (default: the
+    model's ``max_position_embeddings``). Returns 0 when not even one token per sequence fits and
+    ``limit_tokens`` when the limit itself fits.
+    """
+    cfg = _model(model)
+    if isinstance(n_sequences, bool) or not isinstance(n_sequences, (int, np.integer)) or n_sequences < 1:
+        raise LayoutError(f"n_sequences must be an integer >= 1, got {n_sequences!r}")
+    if not np.isfinite(kv_budget_bytes) or kv_budget_bytes < 0:
+        raise LayoutError("kv_budget_bytes must be finite and non-negative")
+    hi = int(limit_tokens or cfg.max_position_embeddings)
+
+    def fits(n_tokens: int) -> bool:
+        return n_sequences * kv_bytes(cfg, n_tokens, engine, include_mtp=include_mtp,
+                                      block_size=block_size).total_bytes <= kv_budget_bytes
+
+    if not fits(1):
+        return 0
+    if fits(hi):
+        return hi
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo

@@ -161,3 +161,38 @@ def memory_plan(label: str, *, usable_bytes: float, capacity_bytes: float, **par
             raise LayoutError(f"{label}: part {name!r} must be a non-negative number of bytes, got {v!r}")
     return MemoryPlan(label=label, usable_bytes=float(usable_bytes), capacity_bytes=float(capacity_bytes),
                       parts={k: float(v) for k, v in parts.items()})
+
+
+def card_plan(label: str, model, scheme: str, card, *, ep: int, tp: int = 1, mtp: bool = True,
+              utilization: float = 0.9, kv_cache_bytes: float = 0.0, activation_bytes: float = 0.0,
+              framework_bytes: float = 0.0, base: str = "visible") -> MemoryPlan:
+    """One card of a real deployment: the model's weights on an EP x TP layout, a KV cache, activations
+    and framework overhead, against ``utilization`` x the card's memory (``base`` as in :func:`budget`).
+
+    Percentages (:meth:`MemoryPlan.shares`) are of the same ``base`` memory.
+    """
+    w = card_weights(model, scheme, ep=ep, tp=tp, mtp=mtp)
+    b = budget(card, w.total_bytes, utilization=utilization, base=base)
+    return memory_plan(label, usable_bytes=b.usable_bytes, capacity_bytes=b.base_bytes, weights=w.total_bytes,
+                       kv_cache=kv_cache_bytes, activations=activation_bytes, framework=framework_bytes)
+
+
+def ep_sweep(model, scheme: str, card, sizes, *, tp: int = 1, mtp: bool = True, utilization: float = 0.9,
+             activation_bytes: float = 0.0, framework_bytes: float = 0.0, base: str = "visible"):
+    """Per-card weights and the room left for KV cache for each EP group size in ``sizes``.
+
+    Returns a DataFrame ``ep, experts_per_card, weights_bytes, usable_bytes, kv_room_bytes, fits`` (one
+    row per size; sizes that cannot hold the experts raise :class:`~pdcalc.errors.LayoutError`).
+
+    .. math:: M_\\text{KV}(N) = u\\,M - W(N) - A - F
+    """
+    import pandas as pd
+
+    rows = []
+    for n in sizes:
+        w = card_weights(model, scheme, ep=int(n), tp=tp, mtp=mtp)
+        b = budget(card, w.total_bytes, utilization=utilization, activation_bytes=activation_bytes,
+                   overhead_bytes=framework_bytes, base=base)
+        rows.append({"ep": int(n), "experts_per_card": w.experts_per_card, "weights_bytes": w.total_bytes,
+                     "usable_bytes": b.usable_bytes, "kv_room_bytes": b.kv_bytes, "fits": b.fits})
+    return pd.DataFrame(rows)

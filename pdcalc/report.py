@@ -116,3 +116,67 @@ def cluster_map(deployment: dict, model: str, scheme: str, *, mtp: bool = True) 
                              "experts": f"{held[0]} ~ {held[-1]}", "weights_gib": w.total_bytes / 2**30})
                 card += 1
     return pd.DataFrame(rows).set_index("card")
+
+
+def kv_layout_table(engine: str, model: str, *, include_mtp: bool = True, block_size: int | None = None) -> pd.DataFrame:
+    """Every cache of every layer kind as ``engine`` stores it: entry bytes, tokens per entry, window,
+    page, and per sequence the fixed bytes and the bytes per context token, summed over the layers."""
+    from pdcalc.kv_cache import engine_layout
+
+    lay = engine_layout(engine, model, block_size=block_size)
+    rows = []
+    for k in lay.kinds(include_mtp):
+        for c in k.caches:
+            rows.append({"layers": f"{k.key} x {k.n_layers}", "cache": c.name, "entry B": c.entry_bytes,
+                         "tokens per entry": c.tokens_per_entry,
+                         "window tokens": c.window_tokens or "",
+                         "page": f"{c.block_tokens} tok / {c.page_bytes:,.0f} B" if c.paged else "contiguous",
+                         "fixed B per seq": k.n_layers * c.fixed_bytes,
+                         "B per token": k.n_layers * c.per_token_bytes})
+    df = pd.DataFrame(rows)
+    df.loc[len(df)] = {"layers": "all", "cache": "total", "entry B": None, "tokens per entry": None,
+                       "window tokens": "", "page": "", "fixed B per seq": df["fixed B per seq"].sum(),
+                       "B per token": df["B per token"].sum()}
+    return df.set_index(["layers", "cache"])
+
+
+def plans_table(plans, unit: float = 1e9, unit_name: str = "GB") -> pd.DataFrame:
+    """Memory plans side by side: one column per plan, parts, total, usable, free (two decimals) and the
+    verdict."""
+    cols = {}
+    for p in plans:
+        s = {k.replace("_", " "): v / unit for k, v in p.parts.items()}
+        s.update({"total": p.total_bytes / unit, "usable": p.usable_bytes / unit, "free": p.free_bytes / unit})
+        cols[p.label] = {k: f"{v:,.2f}" for k, v in s.items()}
+    df = pd.DataFrame(cols)
+    df.index.name = f"{unit_name} per card"
+    df.loc["verdict"] = [p.verdict(unit, unit_name) for p in plans]
+    return df
+
+
+def pd_memory_table(p_weights, d_weights, p_plan, d_plans: dict, unit: float = 1e9) -> pd.DataFrame:
+    """The P vs D comparison of the V4 article's §6.4 (P vs D 显存占用对比表), rebuilt: weights by class,
+    KV, activations, framework, totals for each D plan, in ``unit`` per card, with the P/D ratio.
+
+    ``p_weights``/``d_weights`` are :class:`~pdcalc.memory.CardWeights`; ``p_plan`` a
+    :class:`~pdcalc.memory.MemoryPlan`; ``d_plans`` maps a label (e.g. "scenario A") to a D plan.
+    """
+    first = next(iter(d_plans.values()))
+    rows = {
+        "class I (routed experts)": (p_weights.class_i_bytes, d_weights.class_i_bytes),
+        "class II (replicated)": (p_weights.class_ii_bytes, d_weights.class_ii_bytes),
+        "weights": (p_weights.total_bytes, d_weights.total_bytes),
+    }
+    for label, d in d_plans.items():
+        rows[f"KV cache ({label})"] = (p_plan.parts["kv_cache"], d.parts["kv_cache"])
+    rows["activations"] = (p_plan.parts["activations"], first.parts["activations"])
+    rows["framework"] = (p_plan.parts["framework"], first.parts["framework"])
+    for label, d in d_plans.items():
+        rows[f"total ({label})"] = (p_plan.total_bytes, d.total_bytes)
+    df = pd.DataFrame(rows, index=["P", "D"]).T / unit
+    df["P/D"] = df["P"] / df["D"]
+    for label, d in d_plans.items():
+        df.loc[f"share of capacity ({label}), %"] = [100 * p_plan.total_bytes / p_plan.capacity_bytes,
+                                                     100 * d.total_bytes / d.capacity_bytes, float("nan")]
+    df.index.name = "per card"
+    return df

@@ -275,3 +275,16 @@ def test_v4_cache_format_is_fixed_per_engine():
 def test_negative_budget_raises():
     with pytest.raises(PdcalcError):
         sequences_that_fit(-1.0, 4096, V4)
+
+
+def test_max_context_is_the_last_context_that_fits():
+    from pdcalc.kv_cache import max_context
+
+    budget, n = 37e9, 30
+    lstar = max_context(budget, n, "deepseek-v4-flash")
+    assert n * kv_bytes("deepseek-v4-flash", lstar).total_bytes <= budget
+    assert n * kv_bytes("deepseek-v4-flash", lstar + 1).total_bytes > budget
+    assert max_context(budget, n, "deepseek-v4-flash", limit_tokens=1000) == 1000   # the limit itself fits
+    assert max_context(1.0, 1, "deepseek-v4-flash") == 0                           # not one token fits
+    with pytest.raises(LayoutError):
+        max_context(budget, 0, "deepseek-v4-flash")

@@ -77,3 +77,45 @@ def test_budget_is_a_result_when_it_does_not_fit():
 def test_budget_rejects_bad_utilization():
     with pytest.raises(LayoutError):
         budget("ascend-910b2", 0, utilization=1.5)
+
+
+def test_memory_plan_parts_add_up():
+    from pdcalc.memory import memory_plan
+
+    p = memory_plan("D", usable_bytes=57.6e9, capacity_bytes=64e9, weights=14.6e9, kv_cache=42.2e9,
+                    activations=2e9, framework=2e9)
+    assert p.total_bytes == pytest.approx(60.8e9, rel=1e-12)
+    assert p.free_bytes == pytest.approx(-3.2e9, rel=1e-9)
+    assert not p.fits
+    assert p.verdict(1e9, "GB") == "does not fit, short by 3.20 GB"
+    shares = p.shares()
+    assert sum(shares.values()) == pytest.approx(57.6 / 64, rel=1e-12)
+    ok = memory_plan("P", usable_bytes=57.6e9, capacity_bytes=64e9, weights=40e9)
+    assert ok.fits and ok.verdict(1e9, "GB") == "fits, 17.60 GB to spare"
+    with pytest.raises(LayoutError, match="kv_cache"):
+        memory_plan("x", usable_bytes=1e9, capacity_bytes=1e9, kv_cache=-1)
+
+
+def test_ep_sweep_matches_card_weights_and_budget():
+    from pdcalc.memory import ep_sweep
+
+    df = ep_sweep("deepseek-v4-flash", "w8a8", "ascend-910b2", [8, 32], activation_bytes=2e9, framework_bytes=1e9)
+    for row in df.itertuples():
+        w = card_weights("deepseek-v4-flash", "w8a8", ep=row.ep, mtp=True)
+        assert row.weights_bytes == w.total_bytes
+        assert row.kv_room_bytes == pytest.approx(row.usable_bytes - w.total_bytes - 3e9, rel=1e-12)
+    assert df.kv_room_bytes.is_monotonic_increasing       # more cards per group, fewer experts per card
+    with pytest.raises(LayoutError):
+        ep_sweep("deepseek-v4-flash", "w8a8", "ascend-910b2", [512])
+
+
+def test_card_plan_is_weights_plus_parts_against_visible_memory():
+    from pdcalc.hardware import get_card
+    from pdcalc.memory import card_plan
+
+    p = card_plan("D", "deepseek-v4-flash", "w8a8", "ascend-910b2", ep=32, kv_cache_bytes=5e9,
+                  activation_bytes=2e9, framework_bytes=2e9)
+    w = card_weights("deepseek-v4-flash", "w8a8", ep=32, mtp=True)
+    assert p.total_bytes == pytest.approx(w.total_bytes + 9e9, rel=1e-12)
+    assert p.usable_bytes == pytest.approx(0.9 * get_card("ascend-910b2").usable_base_bytes, rel=1e-12)
+    assert p.capacity_bytes == get_card("ascend-910b2").usable_base_bytes
