@@ -10,6 +10,9 @@ import pandas as pd
 from pdcalc.inventory import get_inventory
 from pdcalc.report import CLASS_I
 
+#: Legends under the plot, so that a chart fits the book's text column.
+_BOTTOM = {"orient": "bottom", "columns": 2, "labelLimit": 260}
+
 CATEGORY_LABELS = {
     "routed_experts": "routed experts", "shared_experts": "shared experts", "dense_ffn": "dense FFN",
     "attention": "attention", "kv_compressor": "KV compressors", "indexer": "indexers", "router": "router",
@@ -90,12 +93,13 @@ def kv_context_chart(rows: pd.DataFrame, title: str):
     import altair as alt
 
     return alt.Chart(rows).mark_line().encode(
-        x=alt.X("context_tokens:Q", title="context (tokens)", scale=alt.Scale(type="log")),
+        x=alt.X("context_tokens:Q", title="context (tokens)", scale=alt.Scale(type="log", nice=False)),
         y=alt.Y("mb_per_seq:Q", title="KV cache per sequence (MB)", scale=alt.Scale(type="log")),
-        color=alt.Color("series:N", title=None),
-        strokeDash=alt.StrokeDash("kind:N", title=None, legend=None),
+        color=alt.Color("series:N", title=None, legend=_BOTTOM),
+        strokeDash=alt.StrokeDash("kind:N", title=None, legend=None,
+                                  scale=alt.Scale(domain=["real", "article"], range=[[1, 0], [6, 3]])),
         tooltip=["series", "context_tokens", alt.Tooltip("mb_per_seq:Q", format=",.1f", title="MB per sequence")],
-    ).properties(width=440, height=300, title=title)
+    ).properties(width=380, height=280, title=title)
 
 
 def memory_stack_chart(rows: pd.DataFrame, title: str):
@@ -107,7 +111,7 @@ def memory_stack_chart(rows: pd.DataFrame, title: str):
     bars = alt.Chart(rows).mark_bar().encode(
         x=alt.X("sum(gb):Q", title="memory per card (GB)"),
         y=alt.Y("plan:N", title=None, sort=None),
-        color=alt.Color("part:N", title="part", sort=list(order), scale=alt.Scale(scheme="tableau10")),
+        color=alt.Color("part:N", title=None, sort=list(order), scale=alt.Scale(scheme="tableau10"), legend=_BOTTOM),
         order=alt.Order("order:Q"),
         tooltip=["plan", "part", alt.Tooltip("gb:Q", format=".2f", title="GB")],
     )
@@ -115,7 +119,7 @@ def memory_stack_chart(rows: pd.DataFrame, title: str):
     ticks = alt.Chart(usable).mark_tick(color="black", thickness=2, size=22).encode(
         x="usable_gb:Q", y=alt.Y("plan:N", sort=None),
         tooltip=["plan", alt.Tooltip("usable_gb:Q", format=".2f", title="usable GB")])
-    return (bars + ticks).properties(width=440, height=alt.Step(26), title=title).configure_axis(labelLimit=260)
+    return (bars + ticks).properties(width=300, height=alt.Step(26), title=title).configure_axis(labelLimit=260)
 
 
 def capacity_chart(rows: pd.DataFrame, max_seqs: int, points: pd.DataFrame, title: str):
@@ -124,9 +128,9 @@ def capacity_chart(rows: pd.DataFrame, max_seqs: int, points: pd.DataFrame, titl
     import altair as alt
 
     lines = alt.Chart(rows).mark_line().encode(
-        x=alt.X("context_tokens:Q", title="context per sequence (tokens)", scale=alt.Scale(type="log")),
+        x=alt.X("context_tokens:Q", title="context per sequence (tokens)", scale=alt.Scale(type="log", nice=False)),
         y=alt.Y("sequences:Q", title="sequences that fit per card", scale=alt.Scale(type="symlog")),
-        color=alt.Color("series:N", title=None),
+        color=alt.Color("series:N", title=None, legend=_BOTTOM),
         tooltip=["series", "context_tokens", "sequences"],
     )
     rule = alt.Chart(pd.DataFrame({"y": [max_seqs]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
@@ -134,7 +138,7 @@ def capacity_chart(rows: pd.DataFrame, max_seqs: int, points: pd.DataFrame, titl
         x="context_tokens:Q", y="sequences:Q", tooltip=["label", "context_tokens", "sequences"])
     text = alt.Chart(points).mark_text(dx=7, dy=-7, align="left").encode(
         x="context_tokens:Q", y="sequences:Q", text="label:N")
-    return (lines + rule + pts + text).properties(width=440, height=300, title=title)
+    return (lines + rule + pts + text).properties(width=380, height=280, title=title)
 
 
 def transfer_chart(rows: pd.DataFrame, measured: pd.DataFrame, title: str):
@@ -143,15 +147,15 @@ def transfer_chart(rows: pd.DataFrame, measured: pd.DataFrame, title: str):
     import altair as alt
 
     lines = alt.Chart(rows).mark_line().encode(
-        x=alt.X("prompt_tokens:Q", title="prompt (tokens)", scale=alt.Scale(type="log")),
+        x=alt.X("prompt_tokens:Q", title="prompt (tokens)", scale=alt.Scale(type="log", nice=False)),
         y=alt.Y("ms:Q", title="KV transfer time (ms)", scale=alt.Scale(type="log")),
-        color=alt.Color("series:N", title=None),
+        color=alt.Color("series:N", title=None, legend=_BOTTOM),
         tooltip=["series", "prompt_tokens", alt.Tooltip("ms:Q", format=",.2f")],
     )
     pts = alt.Chart(measured).mark_point(filled=True, size=45, color="black").encode(
-        x="prompt_tokens:Q", y="ms:Q", shape=alt.Shape("label:N", title=None),
+        x="prompt_tokens:Q", y="ms:Q", shape=alt.Shape("label:N", title=None, legend=_BOTTOM),
         tooltip=["label", "prompt_tokens", alt.Tooltip("ms:Q", format=",.2f")])
-    return (lines + pts).properties(width=440, height=300, title=title)
+    return (lines + pts).properties(width=380, height=280, title=title)
 
 
 def dp_sweep_chart(rows: pd.DataFrame, title: str):
@@ -162,12 +166,13 @@ def dp_sweep_chart(rows: pd.DataFrame, title: str):
     lines = alt.Chart().mark_line(point=True).encode(
         x=alt.X("dp:Q", title="dp = EP group size (cards)", scale=alt.Scale(type="log", base=2)),
         y=alt.Y("gb:Q", title="GB per card"),
-        color=alt.Color("quantity:N", title=None),
-        strokeDash=alt.StrokeDash("model:N", title=None),
+        color=alt.Color("quantity:N", title=None, legend=_BOTTOM),
+        strokeDash=alt.StrokeDash("model:N", title=None, legend=_BOTTOM,
+                                  scale=alt.Scale(domain=["real", "article"], range=[[1, 0], [6, 3]])),
         tooltip=["side", "model", "quantity", "dp", alt.Tooltip("gb:Q", format=".2f")],
     )
     zero = alt.Chart().mark_rule(color="gray").encode(y=alt.datum(0))
-    chosen = alt.Chart().mark_rule(color="black", opacity=0.25, strokeWidth=8).encode(x="dp:Q").transform_filter(
+    chosen = alt.Chart().mark_rule(color="black", opacity=0.12, strokeWidth=10).encode(x="dp:Q").transform_filter(
         "datum.chosen")
-    return alt.layer(chosen, zero, lines, data=rows).properties(width=300, height=260).facet(
-        column=alt.Column("side:N", title=None)).properties(title=title)
+    return alt.layer(chosen, zero, lines, data=rows).properties(width=210, height=240).facet(
+        column=alt.Column("side:N", title=None, sort=["P", "D"])).properties(title=title)

@@ -277,7 +277,10 @@ def problems(article: str | None = None) -> list[str]:
 
 def audit_table(ids: list[str] | None = None, *, article: str | None = None,
                 sections: tuple[str, ...] | None = None) -> pd.DataFrame:
-    """The chapter view: ``section | quantity | article | recomputed | delta | verdict | why``."""
+    """The chapter view: ``section | quantity | article | recomputed | verdict | why``.
+
+    An explanation already given in an earlier row of the same table is replaced by a pointer to it.
+    """
     df = frame(article, sections=sections, ids=ids)
     if df.empty:
         return df
@@ -292,6 +295,14 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
         d = min(_printed_decimals(printed) + 2, 6)
         return f"{x:,.{d}f}"
 
+    why, seen = [], {}
+    for i, (sec, text) in enumerate(zip(df["section"], df["explanation"])):
+        if text and text in seen:
+            why.append(f"As for {seen[text]} above.")
+        else:
+            why.append(text)
+            if text:
+                seen[text] = f"{df['quantity'].iloc[i]} (§{sec})"
     return pd.DataFrame({
         "section": df["section"],
         "quantity": df["quantity"],
@@ -299,7 +310,7 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
         "recomputed": [f"{fmt(r, p)} {u}" if r is not None else "" for r, p, u in
                        zip(df["recomputed_value"], df["printed"], df["article_unit"])],
         "verdict": df["verdict"],
-        "why": df["explanation"],
+        "why": why,
     }).set_index("section")
 
 

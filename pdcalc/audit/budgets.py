@@ -111,7 +111,7 @@ def _sum_why(plan_fn, printed_parts: tuple[str, ...], what: str):
         printed = sum(printed_value(i) for i in printed_parts)
         return (f"Its printed parts add up ({printed:.1f}); recomputed from its own inputs the {what} is {parts} = "
                 f"{plan.total_bytes / GB:.2f} GB: the weights carry the 5.9 GB class-II error"
-                + (" and the KV uses 16,384 tokens per 16K where the printed KV used 16,000." if "kv" in what else "."))
+                + ".")
     return why
 
 
@@ -214,7 +214,7 @@ def _total_why(name: str):
         over = (f" Over the {p.usable_bytes / GB:.1f} GB that utilisation 0.9 allows by {-p.free_bytes / GB:.2f} GB."
                 if not p.fits else "")
         return (f"From its own inputs: {parts} = {p.total_bytes / GB:.2f} GB; the weights carry the 5.9 GB "
-                f"class-II error and the printed KV the 16K = 16,000 slip." + over)
+                f"class-II error and the printed KV reads 'K' as 1000 tokens." + over)
     return why
 
 
