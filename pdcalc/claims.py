@@ -317,3 +317,18 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
 def _printed_decimals(printed: str) -> int:
     """Most decimal places of any number in a printed string."""
     return max((len(t.split(".")[1]) for t in re.findall(r"\d+\.\d+", printed)), default=0)
+
+
+def inputs_table(sections: dict[str, tuple[str, ...]]) -> pd.DataFrame:
+    """The numbers an article takes as given (verdict ``input``) in the listed sections:
+    ``sections`` maps an article (``"v4"``, ``"v3"``) to exact section names.
+
+    Columns ``section | quantity | article | where``, in the order the article prints them.
+    """
+    rows = [{"article": c.article, "section": c.section, "quantity": c.quantity, "printed": c.printed, "where": c.where}
+            for a, secs in sections.items() for c in claims(a) if c.section in secs and c.verdict == "input"]
+    df = pd.DataFrame(rows, columns=["article", "section", "quantity", "printed", "where"])
+    df = df.rename(columns={"printed": "as printed"})
+    if len(sections) == 1:
+        df = df.drop(columns="article")
+    return df.set_index("section")

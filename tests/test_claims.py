@@ -90,3 +90,19 @@ def test_cli_claims_json_contract():
     for key in ("id", "article", "section", "quantity", "article_value", "article_unit", "recomputed_value",
                 "verdict", "explanation"):
         assert key in rows[0]
+
+
+@pytest.mark.parametrize("article", ["v4", "v3"])
+def test_every_number_is_in_a_chapter(article):
+    """Each claim is recomputed by a chapter's audit module, or is an input of a section a chapter covers."""
+    from pdcalc import audit
+    from pdcalc.audit import architecture, budgets, mooncake, pd_split, per_card, v3_deploy
+
+    mods = (architecture, budgets, mooncake, pd_split, per_card, v3_deploy)
+    recomputed = {i for m in mods for i in m.CLAIM_IDS}
+    covered = [(a, s) for m in mods for a, secs in m.SECTIONS.items() for s in secs]
+    assert len(covered) == len(set(covered)), "a section is claimed by two chapters"
+    missing = [c.id for c in claims.claims(article)
+               if c.id not in recomputed and not (c.verdict == "input" and (article, c.section) in covered)]
+    assert missing == []
+    assert audit.__name__ == "pdcalc.audit"

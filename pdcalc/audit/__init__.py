@@ -3,4 +3,4 @@
 Importing this package registers every recomputation with :func:`pdcalc.claims.recomputes`.
 """
 
-from pdcalc.audit import architecture, budgets, mooncake, pd_split, per_card  # noqa: F401
+from pdcalc.audit import architecture, budgets, mooncake, pd_split, per_card, v3_deploy  # noqa: F401

@@ -487,5 +487,8 @@ recomputes("v4-1.4-total-bytes", "v4-5.1-total-bytes", method="article: every te
     lambda: _p(V4A) / GB)
 
 
+#: The article sections this chapter covers (exact section names, per article).
+SECTIONS = {"v4": ("1.1", "1.2", "1.3", "1.4", "5.1", "5.2", "5.2.1", "5.2.2", "5.2.3", "5.2.4", "5.2.5", "5.2.6", "5.2.7"),
+            "v3": ("1.1", "1.2", "1.2.1")}
 #: The claims this chapter recomputes, in registration order.
 CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)

@@ -312,5 +312,7 @@ recomputes("v4-6.5-p-instances", method="published deployment: prefill instances
     lambda: _dep()["prefill_instances"])
 
 
+#: The article sections this chapter covers (exact section names, per article).
+SECTIONS = {"v4": ("6.1", "6.2", "6.3", "6.4", "6.5")}
 #: The claims this module recomputes.
 CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)

@@ -44,5 +44,7 @@ recomputes("v4-7.2-latency-128k", method="article: 128K x 44 KB / 18 GB/s, ms",
                        f"ms; the printed ~310 ms follows the 5.6 GB that reads 128K as "
                        f"{_k128() // 1024 * 1000:,} tokens.")(lambda: article_transfer_ms(_k128()))
 
+#: The article sections this chapter covers (exact section names, per article).
+SECTIONS = {"v4": ("7.1", "7.2")}
 #: The claims this module recomputes.
 CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)

@@ -117,5 +117,7 @@ recomputes("v4-8.3-d-dp32-kv", method="article: 57.6 - weights at D dp=32, GB",
 recomputes("v4-8.3-d-dp64-cards", method="one D instance of dp=64 x tp=1")(
     lambda: printed_value("v4-8.3-d-dp64") * _dep()["decode_tp"])
 
+#: The article sections this chapter covers (exact section names, per article).
+SECTIONS = {"v4": ("abstract", "8.1", "8.2", "8.3")}
 #: The claims this module recomputes.
 CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)

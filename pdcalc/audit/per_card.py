@@ -230,5 +230,8 @@ recomputes("v4-5.4-d-remaining", "v4-2.2-d-kv-space", "v4-2.3-d-kv-space",
 recomputes("v4-2.2-kv-space-ratio", method="article: D / P memory left after weights")(
     lambda: _remaining(D_EP) / _remaining(P_EP))
 
+#: The article sections this chapter covers (exact section names, per article).
+SECTIONS = {"v4": ("2.1", "2.2", "2.3", "3.1", "3.3", "4.1", "4.2", "4.3", "4.4", "4.5", "5", "5.3.1", "5.3.2", "5.3.3",
+                   "5.3.4", "5.4", "5.5")}
 #: The claims this module recomputes.
 CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)
