@@ -164,3 +164,21 @@ def exposed_seconds(lnk: Link, nbytes, prefill_s, n_layers: int, *, layerwise: b
         t = np.maximum(t / n_layers, t - p * (n_layers - 1) / n_layers)
     out = lnk.fixed_s + t
     return float(out) if out.ndim == 0 else out
+
+
+def bandwidth_points(name: str = "mooncake-te-readme"):
+    """Published peak bandwidths with their line rates, and the efficiency each implies.
+
+    Returns a DataFrame ``network, line_rate_bytes_per_s, bandwidth_bytes_per_s, efficiency``.
+    """
+    import pandas as pd
+
+    data = _raw()
+    if name not in data or "bandwidth_bytes_per_s" not in data[name]:
+        raise UnknownNameError("bandwidth measurement", name,
+                               [k for k, v in data.items() if "bandwidth_bytes_per_s" in v])
+    d = data[name]
+    df = pd.DataFrame({"network": d["networks"], "line_rate_bytes_per_s": d["line_rate_bytes_per_s"],
+                       "bandwidth_bytes_per_s": d["bandwidth_bytes_per_s"]})
+    df["efficiency"] = df["bandwidth_bytes_per_s"] / df["line_rate_bytes_per_s"]
+    return df

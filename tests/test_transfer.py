@@ -75,3 +75,11 @@ def test_layerwise_overlap():
 def test_request_bytes_are_the_kv_pages():
     assert request_bytes("deepseek-v4-flash", 8000) == kv_bytes("deepseek-v4-flash", 8000).total_bytes
     assert transfer.request_bytes("deepseek-v3", 4096, "vllm") == kv_bytes("deepseek-v3", 4096, "vllm").total_bytes
+
+
+def test_bandwidth_points_efficiency():
+    df = transfer.bandwidth_points()
+    assert (df.efficiency == df.bandwidth_bytes_per_s / df.line_rate_bytes_per_s).all()
+    assert ((df.efficiency > 0) & (df.efficiency <= 1)).all()
+    with pytest.raises(UnknownNameError, match="mooncake-te-readme"):
+        transfer.bandwidth_points("mooncake-vllm-h800-qwen3-8b")
