@@ -176,3 +176,53 @@ def dp_sweep_chart(rows: pd.DataFrame, title: str):
         "datum.chosen")
     return alt.layer(chosen, zero, lines, data=rows).properties(width=210, height=240).facet(
         column=alt.Column("side:N", title=None, sort=["P", "D"])).properties(title=title)
+
+
+def per_layer_chart(rows: pd.DataFrame, title: str):
+    """Per-layer time by part for each TP degree, one panel per phase; ``rows``: ``phase, tp, part, ms``."""
+    import altair as alt
+
+    bars = alt.Chart().mark_bar().encode(
+        x=alt.X("tp:O", title="TP degree"),
+        y=alt.Y("ms:Q", title="time per layer (ms)"),
+        color=alt.Color("part:N", title=None, legend=_BOTTOM),
+        xOffset="part:N",
+        tooltip=["phase", "tp", "part", alt.Tooltip("ms:Q", format=",.4f")],
+    ).properties(width=170, height=220)
+    return alt.layer(bars, data=rows).facet(column=alt.Column("phase:N", title=None)).resolve_scale(
+        y="independent").properties(title=title)
+
+
+def roofline_chart(rows: pd.DataFrame, title: str):
+    """Decode tokens/s per card against sequences per card, with the compute and memory roofs;
+    ``rows``: ``seqs_per_card, series, tokens_per_s_per_card`` (series "model" drawn solid)."""
+    import altair as alt
+
+    return alt.Chart(rows).mark_line().encode(
+        x=alt.X("seqs_per_card:Q", title="sequences per card (decode batch)", scale=alt.Scale(type="log", nice=False)),
+        y=alt.Y("tokens_per_s_per_card:Q", title="decode tokens/s per card", scale=alt.Scale(type="log")),
+        color=alt.Color("series:N", title=None, legend=_BOTTOM),
+        strokeDash=alt.condition("datum.series == 'model'", alt.value([1, 0]), alt.value([5, 3])),
+        tooltip=["series", alt.Tooltip("seqs_per_card:Q", format=",.1f"),
+                 alt.Tooltip("tokens_per_s_per_card:Q", format=",.0f")],
+    ).properties(width=380, height=280, title=title)
+
+
+def throughput_cards_chart(rows: pd.DataFrame, target: float, title: str):
+    """Tokens/s against cards per layout family, one panel per phase; ``rows``: ``phase, cards, layout,
+    tokens_per_s, fits``; filled points fit in memory; a rule at ``target`` on the prefill panel."""
+    import altair as alt
+
+    base = alt.Chart().encode(
+        x=alt.X("cards:Q", title="cards"),
+        y=alt.Y("tokens_per_s:Q", title="tokens/s (deployment)", scale=alt.Scale(type="log")),
+        color=alt.Color("layout:N", title=None, legend=_BOTTOM),
+        tooltip=["phase", "layout", "cards", alt.Tooltip("tokens_per_s:Q", format=",.0f"), "fits"],
+    )
+    lines = base.mark_line()
+    pts = base.mark_point(size=50).encode(
+        fill=alt.condition("datum.fits", alt.Color("layout:N", legend=None), alt.value("white")))
+    rule = alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(target))
+    return alt.layer(lines, pts, rule, data=rows).properties(width=190, height=240).facet(
+        column=alt.Column("phase:N", title=None, sort=["prefill", "decode"])).resolve_scale(
+        y="independent").properties(title=title)
