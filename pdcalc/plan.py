@@ -1,0 +1,413 @@
+"""Plan a prefill/decode (PD) disaggregated deployment: every way to cut a cluster into P and D
+instances, evaluated at once, and the best one under latency targets.
+
+A candidate is ``n_p`` prefill instances of ``s_p`` cards (TP degree ``t_p``, EP group = the instance,
+``s_p / t_p`` DP ranks) and ``n_d`` decode instances of ``s_d`` cards, with ``n_p s_p + n_d s_d`` at most
+the cluster. For each candidate:
+
+- **memory**: per card, weights (:func:`pdcalc.memory.card_weights`, MTP included when loaded),
+  activations and framework overhead against ``utilization`` x the card's memory; what is left on a D card
+  holds KV cache, sequences of ``prompt + output`` tokens (:func:`pdcalc.kv_cache.kv_bytes`, or a constant
+  per-token figure), the cache of a DP rank kept whole on each of its TP cards;
+- **prefill**: one prompt per DP rank per step (:func:`pdcalc.throughput.step`), so an instance serves
+  ``dp / t_pf`` prompts per second; at load ``rho`` = request rate / P capacity the time to first token is
+
+  .. math:: \\text{TTFT} = \\frac{t_\\text{pf}}{1 - \\rho} + t_\\text{x}
+
+  (queueing of an M/M/1 server, an assumption) with ``t_x`` the KV transfer exposed after a layer-wise
+  send (:func:`pdcalc.transfer.exposed_seconds`);
+- **decode**: the sequences in flight ``S`` share the D instances; the time per output token is the decode
+  step at ``S / n_d`` sequences per instance. Given a request rate ``R``, Little's law closes the loop:
+
+  .. math:: S = R \\, L_\\text{out} \\, \\text{TPOT}(S / n_d)
+
+  solved by fixed-point iteration; given a concurrency, ``S`` is that concurrency and ``R = S /
+  (L_\\text{out} \\, \\text{TPOT})``.
+
+Feasible candidates meet memory, KV capacity, prefill load ``rho <= max_load`` and the TTFT and TPOT
+targets; they are ranked by output tokens per second per card, then by TTFT. The *binding* constraint of a
+candidate is the first one it fails, in the order of :data:`CONSTRAINTS` (memory before capacity before
+latency); for a feasible candidate, the one with the least relative slack.
+
+The evaluation is vectorized: the per-layout quantities (weights, prefill time, the decode step time over
+a grid of batch sizes) are computed once per distinct layout, then every candidate is evaluated with numpy
+array arithmetic. :func:`evaluate_loop` does the same one candidate at a time in plain Python (for the
+benchmark and as a cross-check).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pdcalc import throughput as tput
+from pdcalc.errors import LayoutError
+from pdcalc.hardware import get_card
+from pdcalc.inventory import get_inventory
+from pdcalc.kv_cache import kv_bytes
+from pdcalc.memory import card_weights
+from pdcalc.model import load_config
+from pdcalc.parallel import place_experts
+from pdcalc.transfer import exposed_seconds, link
+
+CONSTRAINTS = ("P memory", "D memory", "KV capacity", "prefill load", "TTFT", "TPOT")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What the deployment must serve."""
+
+    prompt_tokens: int                   # tokens per prompt
+    output_tokens: int                   # tokens generated per request
+    rate_per_s: float | None = None      # requests per second (or give concurrency)
+    concurrency: int | None = None       # sequences decoding at once (or give rate_per_s)
+    ttft_s: float | None = None          # target time to first token; None: no target
+    tpot_s: float | None = None          # target time per output token; None: no target
+
+    def __post_init__(self):
+        for name in ("prompt_tokens", "output_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise LayoutError(f"{name} must be an integer >= 1, got {v!r}")
+        if (self.rate_per_s is None) == (self.concurrency is None):
+            raise LayoutError("give exactly one of rate_per_s and concurrency")
+        if self.rate_per_s is not None and not self.rate_per_s > 0:
+            raise LayoutError(f"rate_per_s must be > 0, got {self.rate_per_s!r}")
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or self.concurrency < 1):
+            raise LayoutError(f"concurrency must be an integer >= 1, got {self.concurrency!r}")
+        for name in ("ttft_s", "tpot_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise LayoutError(f"{name} must be > 0 seconds, got {v!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    """Model, hardware and engine assumptions of a plan."""
+
+    model: str | Path = "deepseek-v4-flash"   # preset or config.json
+    quant: str = "w8a8"                       # weights as stored (pdcalc.quant)
+    card: str | Path = "ascend-910b2"         # card preset or hardware TOML
+    cards: int = 64                           # cluster size
+    mtp: bool = True                          # MTP module loaded (weights)
+    utilization: float = 0.9                  # gpu-memory-utilization
+    base: str = "visible"                     # memory utilisation applies to: "visible" or "installed"
+    engine: str = "vllm-ascend"               # KV layout (pdcalc.kv_cache.ENGINES)
+    kv_bytes_per_token: float | None = None   # constant KV bytes per token instead of the engine layout
+    p_overhead_bytes: float = 3.5e9           # activations + framework per P card
+    d_overhead_bytes: float = 4.0e9           # activations + framework per D card
+    bandwidth_bytes_per_s: float = 18e9       # effective P -> D transfer bandwidth per request
+    transfer_fixed_s: float = 0.0             # fixed cost per transfer
+    tp_options: tuple[int, ...] = (1,)        # TP degrees tried on both sides
+    sizes: tuple[int, ...] | None = None      # instance sizes (cards) tried; None: powers of two up to cards
+    mfu: float = tput.DEFAULT_MFU
+    mbu: float = tput.DEFAULT_MBU
+    comm_eff: float = tput.DEFAULT_COMM_EFF
+    max_load: float = 0.8                     # highest prefill utilisation accepted
+    use_all_cards: bool = False               # only splits that use the whole cluster
+    decode_grid: int = 48                     # batch sizes the decode step is computed at per layout
+    step_kwargs: dict = field(default_factory=dict)  # extra keyword arguments for throughput.step
+
+    def __post_init__(self):
+        if isinstance(self.cards, bool) or not isinstance(self.cards, (int, np.integer)) or self.cards < 2:
+            raise LayoutError(f"cards must be an integer >= 2 (one P and one D card at least), got {self.cards!r}")
+        if not 0 < self.utilization <= 1:
+            raise LayoutError(f"utilization must be in (0, 1], got {self.utilization!r}")
+        if not 0 < self.max_load < 1:
+            raise LayoutError(f"max_load must be in (0, 1), got {self.max_load!r}")
+        for name in ("p_overhead_bytes", "d_overhead_bytes", "transfer_fixed_s"):
+            if not getattr(self, name) >= 0:
+                raise LayoutError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not self.bandwidth_bytes_per_s > 0:
+            raise LayoutError(f"bandwidth_bytes_per_s must be > 0, got {self.bandwidth_bytes_per_s!r}")
+        if self.kv_bytes_per_token is not None and not self.kv_bytes_per_token > 0:
+            raise LayoutError(f"kv_bytes_per_token must be > 0, got {self.kv_bytes_per_token!r}")
+        if not self.tp_options or any(isinstance(t, bool) or t < 1 for t in self.tp_options):
+            raise LayoutError(f"tp_options must be integers >= 1, got {self.tp_options!r}")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One instance layout of one side: its per-card and per-instance figures."""
+
+    role: str                # "P" or "D"
+    size: int                # cards per instance = EP group
+    tp: int
+    weights_bytes: float     # per card
+    room_bytes: float        # usable - weights - overhead (negative: does not fit)
+    prefill_s: float = math.nan          # P: one prompt per DP rank
+    prompts_per_s: float = math.nan      # P: per instance
+    seqs_per_rank: int = 0               # D: KV capacity per DP rank
+    batch: np.ndarray | None = None      # D: sequences per instance of the step grid
+    tpot: np.ndarray | None = None       # D: step time at each batch
+
+    @property
+    def dp(self) -> int:
+        return self.size // self.tp
+
+
+def _sizes(setup: Setup, n_experts: int) -> list[int]:
+    sizes = setup.sizes or tuple(2 ** k for k in range(int(math.log2(setup.cards)) + 1))
+    out = []
+    for s in sizes:
+        if isinstance(s, bool) or s < 1 or s > setup.cards - 1:
+            continue
+        try:
+            place_experts(n_experts, s)
+        except LayoutError:
+            continue
+        out.append(int(s))
+    return sorted(set(out))
+
+
+def _usable(setup: Setup) -> float:
+    c = get_card(setup.card)
+    return setup.utilization * (c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes)
+
+
+def seq_kv_bytes(setup: Setup, context) -> np.ndarray | float:
+    """KV bytes of one sequence at ``context`` tokens under ``setup`` (engine layout or constant)."""
+    if setup.kv_bytes_per_token is not None:
+        return np.asarray(context, dtype=float) * setup.kv_bytes_per_token
+    return kv_bytes(setup.model, context, setup.engine, include_mtp=setup.mtp).total_bytes
+
+
+def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase):
+    return tput.step(setup.model, setup.card, tp=side_tp, dp=size // side_tp, ep=size, context=context,
+                     concurrency=concurrency, phase=phase, quant=setup.quant, mfu=setup.mfu, mbu=setup.mbu,
+                     comm_eff=setup.comm_eff, **setup.step_kwargs)
+
+
+def sides(setup: Setup, work: Workload) -> tuple[list[Side], list[Side]]:
+    """Every P and D instance layout, with the figures the candidates share."""
+    inv = get_inventory(setup.model)
+    heads = load_config(setup.model).num_attention_heads
+    usable = _usable(setup)
+    ctx = work.prompt_tokens + work.output_tokens
+    per_seq = float(seq_kv_bytes(setup, ctx))
+    p_out, d_out = [], []
+    for size in _sizes(setup, inv.n_routed_experts):
+        for t in setup.tp_options:
+            if size % t or heads % t:
+                continue
+            w = card_weights(setup.model, setup.quant, ep=size, tp=t, mtp=setup.mtp).total_bytes
+            dp = size // t
+            pf = _step(setup, t, size, context=work.prompt_tokens, concurrency=dp, phase="prefill")
+            p_out.append(Side("P", size, t, w, usable - w - setup.p_overhead_bytes, prefill_s=float(pf.time_s),
+                              prompts_per_s=dp / float(pf.time_s)))
+            room = usable - w - setup.d_overhead_bytes
+            cap = max(0, int(room // per_seq)) if room > 0 else 0
+            if cap:
+                batch = np.unique(np.geomspace(1, cap * dp, setup.decode_grid).round()).astype(float)
+                dc = _step(setup, t, size, context=work.prompt_tokens + work.output_tokens / 2,
+                           concurrency=batch, phase="decode")
+                tpot = np.asarray(dc.time_s, dtype=float)
+            else:
+                batch, tpot = np.array([1.0]), np.array([np.inf])
+            d_out.append(Side("D", size, t, w, room, seqs_per_rank=cap, batch=batch, tpot=tpot))
+    return p_out, d_out
+
+
+def _candidates(setup: Setup, p_sides: list[Side], d_sides: list[Side]) -> dict[str, np.ndarray]:
+    """Index arrays of every (P layout, n_p, D layout, n_d) within the cluster."""
+    pi, npi, di, ndi = [], [], [], []
+    for i, p in enumerate(p_sides):
+        for j, d in enumerate(d_sides):
+            n_p = np.arange(1, setup.cards // p.size + 1)
+            for k in n_p:
+                left = setup.cards - k * p.size
+                if left < d.size:
+                    continue
+                n_d = np.arange(1, left // d.size + 1)
+                if setup.use_all_cards:
+                    n_d = n_d[k * p.size + n_d * d.size == setup.cards]
+                pi.append(np.full(n_d.size, i))
+                npi.append(np.full(n_d.size, k))
+                di.append(np.full(n_d.size, j))
+                ndi.append(n_d)
+    if not pi:
+        return {k: np.zeros(0, dtype=int) for k in ("p", "n_p", "d", "n_d")}
+    return {"p": np.concatenate(pi), "n_p": np.concatenate(npi), "d": np.concatenate(di), "n_d": np.concatenate(ndi)}
+
+
+def _tpot_at(d: Side, per_instance):
+    """Decode step time at ``per_instance`` sequences (interpolated on the layout's grid, log-log)."""
+    x = np.clip(per_instance, d.batch[0], d.batch[-1])
+    if d.batch.size == 1:
+        return np.full(np.shape(x), d.tpot[0])
+    return np.exp(np.interp(np.log(x), np.log(d.batch), np.log(d.tpot)))
+
+
+def evaluate(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> pd.DataFrame:
+    """Every candidate, evaluated with numpy arrays; one row per candidate (see the module docstring)."""
+    if p_sides is None:
+        p_sides, d_sides = sides(setup, work)
+    c = _candidates(setup, p_sides, d_sides)
+    n = c["p"].size
+    P = {k: np.array([getattr(s, k) for s in p_sides]) for k in ("size", "tp", "weights_bytes", "room_bytes",
+                                                                 "prefill_s", "prompts_per_s")}
+    D = {k: np.array([getattr(s, k) for s in d_sides]) for k in ("size", "tp", "weights_bytes", "room_bytes",
+                                                                 "seqs_per_rank")}
+    p, d, n_p, n_d = c["p"], c["d"], c["n_p"].astype(float), c["n_d"].astype(float)
+    d_dp = D["size"][d] // D["tp"][d]
+    cap_seqs = n_d * d_dp * D["seqs_per_rank"][d]
+    tpot = np.full(n, np.inf)
+    conc = np.zeros(n)
+    for j, side in enumerate(d_sides):          # one interpolation table per D layout
+        m = d == j
+        if not m.any():
+            continue
+        if work.concurrency is not None:
+            conc[m] = work.concurrency
+            tpot[m] = _tpot_at(side, conc[m] / n_d[m])
+        else:
+            s = work.rate_per_s * work.output_tokens * _tpot_at(side, np.ones(m.sum()))
+            for _ in range(60):
+                s = work.rate_per_s * work.output_tokens * _tpot_at(side, np.maximum(s / n_d[m], 1.0))
+            conc[m] = s
+            tpot[m] = _tpot_at(side, np.maximum(s / n_d[m], 1.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out_tok_s = np.where(np.isfinite(tpot) & np.isfinite(conc), conc / tpot, 0.0)
+    rate = out_tok_s / work.output_tokens if work.concurrency is not None else np.full(n, work.rate_per_s)
+    p_cap = n_p * P["prompts_per_s"][p]
+    load = rate / p_cap
+    lnk = link(setup.bandwidth_bytes_per_s, setup.transfer_fixed_s)
+    xfer = exposed_seconds(lnk, float(seq_kv_bytes(setup, work.prompt_tokens)), P["prefill_s"][p],
+                           load_layers(setup))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ttft = np.where(load < 1, P["prefill_s"][p] / (1 - load), np.inf) + xfer
+    cards_used = n_p * P["size"][p] + n_d * D["size"][d]
+    slack = {
+        "P memory": P["room_bytes"][p] / _usable(setup),
+        "D memory": D["room_bytes"][d] / _usable(setup),
+        "KV capacity": 1 - conc / np.maximum(cap_seqs, 1e-9),
+        "prefill load": 1 - load / setup.max_load,
+        "TTFT": 1 - ttft / work.ttft_s if work.ttft_s else np.full(n, np.inf),
+        "TPOT": 1 - tpot / work.tpot_s if work.tpot_s else np.full(n, np.inf),
+    }
+    slack_m = np.vstack([np.nan_to_num(np.asarray(slack[k], dtype=float), nan=-np.inf) for k in CONSTRAINTS])
+    feasible = np.all(slack_m >= 0, axis=0)
+    failing = slack_m < 0
+    first_fail = np.where(failing.any(axis=0), np.argmax(failing, axis=0), np.argmin(slack_m, axis=0))
+    binding = np.asarray(CONSTRAINTS)[first_fail] if n else np.array([], dtype=str)
+    df = pd.DataFrame({
+        "p_instances": c["n_p"], "p_size": P["size"][p], "p_tp": P["tp"][p],
+        "d_instances": c["n_d"], "d_size": D["size"][d], "d_tp": D["tp"][d], "cards": cards_used.astype(int),
+        "p_weights_gib": P["weights_bytes"][p] / 2**30, "d_weights_gib": D["weights_bytes"][d] / 2**30,
+        "d_kv_room_gib": D["room_bytes"][d] / 2**30, "kv_capacity_seqs": cap_seqs, "concurrency": conc,
+        "prefill_s": P["prefill_s"][p], "prefill_load": load, "transfer_s": np.broadcast_to(xfer, (n,)) if np.ndim(xfer) == 0 else xfer,
+        "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": out_tok_s,
+        "tokens_per_s_per_card": out_tok_s / cards_used, "feasible": feasible, "binding": binding,
+    })
+    for k in CONSTRAINTS:
+        df[f"slack: {k}"] = slack[k]
+    return df
+
+
+def load_layers(setup: Setup) -> int:
+    """Main-model layers, over which a layer-wise KV send is spread."""
+    return load_config(setup.model).num_hidden_layers
+
+
+def evaluate_loop(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> pd.DataFrame:
+    """The same evaluation as :func:`evaluate`, one candidate at a time in plain Python."""
+    if p_sides is None:
+        p_sides, d_sides = sides(setup, work)
+    c = _candidates(setup, p_sides, d_sides)
+    usable = _usable(setup)
+    lnk = link(setup.bandwidth_bytes_per_s, setup.transfer_fixed_s)
+    xfer_bytes = float(seq_kv_bytes(setup, work.prompt_tokens))
+    layers = load_layers(setup)
+    rows = []
+    for i in range(c["p"].size):
+        p, d = p_sides[int(c["p"][i])], d_sides[int(c["d"][i])]
+        n_p, n_d = int(c["n_p"][i]), int(c["n_d"][i])
+        cap = n_d * d.dp * d.seqs_per_rank
+
+        def tp_at(x):
+            return float(_tpot_at(d, np.array([x]))[0])
+
+        if work.concurrency is not None:
+            conc = float(work.concurrency)
+            tpot = tp_at(conc / n_d)
+        else:
+            s = work.rate_per_s * work.output_tokens * tp_at(1.0)
+            for _ in range(60):
+                s = work.rate_per_s * work.output_tokens * tp_at(max(s / n_d, 1.0))
+            conc, tpot = s, tp_at(max(s / n_d, 1.0))
+        out = conc / tpot if math.isfinite(tpot) and math.isfinite(conc) else 0.0
+        rate = out / work.output_tokens if work.concurrency is not None else work.rate_per_s
+        load = rate / (n_p * p.prompts_per_s)
+        xfer = float(exposed_seconds(lnk, xfer_bytes, p.prefill_s, layers))
+        ttft = (p.prefill_s / (1 - load) if load < 1 else math.inf) + xfer
+        cards = n_p * p.size + n_d * d.size
+        slack = {"P memory": p.room_bytes / usable, "D memory": d.room_bytes / usable,
+                 "KV capacity": 1 - conc / max(cap, 1e-9), "prefill load": 1 - load / setup.max_load,
+                 "TTFT": 1 - ttft / work.ttft_s if work.ttft_s else math.inf,
+                 "TPOT": 1 - tpot / work.tpot_s if work.tpot_s else math.inf}
+        clean = {k: (v if not math.isnan(v) else -math.inf) for k, v in slack.items()}
+        fails = [k for k in CONSTRAINTS if clean[k] < 0]
+        worst = fails[0] if fails else min(CONSTRAINTS, key=lambda k: clean[k])
+        rows.append({"p_instances": n_p, "p_size": p.size, "p_tp": p.tp, "d_instances": n_d, "d_size": d.size,
+                     "d_tp": d.tp, "cards": cards, "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": out,
+                     "tokens_per_s_per_card": out / cards,
+                     "feasible": all(v >= 0 for v in slack.values()), "binding": worst})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The result of :func:`plan`: every candidate, the ranked feasible ones, and why nothing fits if so."""
+
+    setup: Setup
+    workload: Workload
+    candidates: pd.DataFrame
+    ranked: pd.DataFrame
+    reason: str             # "" when something fits
+    seconds: float          # wall time of the evaluation
+
+    @property
+    def best(self):
+        return None if self.ranked.empty else self.ranked.iloc[0]
+
+
+def _nothing_fits(df: pd.DataFrame, setup: Setup) -> str:
+    if df.empty:
+        return f"no split of {setup.cards} cards into P and D instances holds the model's experts"
+    slack = df[[f"slack: {k}" for k in CONSTRAINTS]].to_numpy(dtype=float)
+    slack = np.where(np.isnan(slack), -np.inf, slack)
+    passed = np.argmax(slack < 0, axis=1)                      # constraints met before the first failure
+    on_fail = slack[np.arange(len(df)), passed]
+    best = int(np.lexsort((-on_fail, -passed))[0])             # furthest along, then closest on the failing one
+    row = df.iloc[best]
+    k = str(row["binding"])
+    gib = 2**30
+    detail = {
+        "P memory": f"a P card is short by {-row['slack: P memory'] * _usable(setup) / gib:.2f} GiB",
+        "D memory": f"a D card is short by {-row['slack: D memory'] * _usable(setup) / gib:.2f} GiB",
+        "KV capacity": f"the D side holds {row['kv_capacity_seqs']:.0f} of the {row['concurrency']:.0f} sequences",
+        "prefill load": f"prefill runs at {100 * row['prefill_load']:.0f}% of its capacity (max "
+                        f"{100 * setup.max_load:.0f}%)",
+        "TTFT": f"TTFT is {1e3 * row['ttft_s']:.1f} ms",
+        "TPOT": f"TPOT is {1e3 * row['tpot_s']:.1f} ms",
+    }[k]
+    return (f"nothing fits: the closest candidate ({row['p_instances']} x P{row['p_size']} + {row['d_instances']} x "
+            f"D{row['d_size']}, tp {row['p_tp']}/{row['d_tp']}) fails on {k}: {detail}")
+
+
+def plan(setup: Setup, work: Workload, *, vectorized: bool = True) -> Plan:
+    """Evaluate every candidate and rank the feasible ones (module docstring)."""
+    t0 = time.perf_counter()
+    p_sides, d_sides = sides(setup, work)
+    df = (evaluate if vectorized else evaluate_loop)(setup, work, p_sides, d_sides)
+    secs = time.perf_counter() - t0
+    ok = df[df["feasible"]] if not df.empty else df
+    ranked = ok.sort_values(["tokens_per_s_per_card", "ttft_s"], ascending=[False, True]).reset_index(drop=True)
+    reason = "" if len(ranked) else _nothing_fits(df, setup)
+    return Plan(setup, work, df, ranked, reason, secs)
