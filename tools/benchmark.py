@@ -89,6 +89,55 @@ def _chapter_architecture() -> str:
     return f"{cells} code cells"
 
 
+@measurement("chapters", "execute every chapter in _toc.yml with nbclient, one at a time (kernel start included)")
+def _chapters() -> str:
+    from nbrun import execute, toc_notebooks
+
+    times = []
+    for path in toc_notebooks():
+        t0 = time.perf_counter()
+        execute(path)
+        times.append(f"{path.stem} {time.perf_counter() - t0:.1f} s")
+    return "; ".join(times)
+
+
+def _planner_case():
+    from pdcalc.plan import Setup, Workload, sides
+
+    setup = Setup(model="deepseek-v3", quant="w8a8", card="ascend-910b2", cards=128, mtp=False, engine="vllm",
+                  tp_options=(1, 2, 4, 8))
+    work = Workload(prompt_tokens=2048, output_tokens=512, concurrency=80, ttft_s=2.0, tpot_s=0.05)
+    return setup, work, *sides(setup, work)
+
+
+@measurement("planner: vectorized vs loop", "pdcalc.plan.evaluate (numpy over the grid) and evaluate_loop "
+             "(plain Python) on the same 128-card V3 grid, layouts precomputed")
+def _planner() -> str:
+    from pdcalc.plan import evaluate, evaluate_loop
+
+    setup, work, p, d = _planner_case()
+    out = []
+    for name, fn, reps in (("vectorized", evaluate, 5), ("loop", evaluate_loop, 1)):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            n = len(fn(setup, work, p, d))
+        dt = (time.perf_counter() - t0) / reps
+        out.append(f"{name} {n / dt:,.0f} candidates/s ({n:,} in {dt * 1e3:.0f} ms)")
+    return "; ".join(out)
+
+
+@measurement("chapter rerun: per_card", "pdcalc rerun per_card with a new card and D-side dp (papermill, into a "
+             "temporary directory)")
+def _rerun() -> str:
+    import tempfile
+
+    from pdcalc.rerun import rerun
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = rerun("per_card", {"card": "ascend-910b4-32g", "d_ep": 16}, outdir=tmp)
+    return f"{res.seconds:.1f} s inside rerun()"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these (repeatable)")
