@@ -6,25 +6,31 @@ plus the attention, whose keys per query depend on the layer kind (``compress_ra
 ``Indexer.forward``):
 
 - every layer attends to the last ``w = sliding_window`` raw tokens (query ``i`` sees ``min(i, w)``);
-- a ratio-128 layer also attends to all ``i / 128`` compressed entries;
 - a ratio-4 layer attends to the ``index_topk`` compressed entries its indexer selects (at most
   ``i / 4``), and the indexer scores all ``i / 4`` entries with ``index_n_heads`` heads of
-  ``index_head_dim``.
+  ``index_head_dim``;
+- a layer of any other ratio ``r`` (128 in DeepSeek-V4-Flash) has no indexer and attends to all
+  ``i / r`` compressed entries (``get_compress_topk_idxs``).
 
 Scores and the weighted sum each cost ``2 n_h d`` FLOPs per key (MQA over one latent of ``d =
 head_dim``), the indexer ``2 n_I d_I`` per key. Summed over queries ``i = 1..L`` (causal):
 
 .. math::
 
-   F(L) = 2 N_\\text{act} L + \\sum_\\text{layers} \\Big[ 4 n_h d \\sum_i k(i) + 2 n_I d_I \\sum_i \\tfrac{i}{4}
-   [r = 4] \\Big]
+   F(L) = 2 N_\\text{act} L + \\sum_\\text{layers} \\Big[ 4 n_h d \\sum_i k(i) + 2 n_I d_I \\sum_i
+   \\lfloor i / 4 \\rfloor [r = 4] \\Big]
 
-with ``k(i)`` the keys of query ``i``. Small terms are left out: the compressors' own pooling, the
+with ``k(i)`` the keys of query ``i``. The position sums have closed forms (:func:`sum_capped_floor`),
+so any prompt length costs the same. Small terms are left out: the compressors' own pooling, the
 mHC mixing (``hc_mult`` x ``hidden_size`` per token) and the softmaxes.
+
+:func:`hybrid_attention_flops` is the one implementation of the attention terms; the step model
+(:mod:`pdcalc.throughput`) uses it for one decode query and for prefill.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +39,96 @@ from pdcalc.errors import ConfigError, LayoutError
 from pdcalc.inventory import get_inventory
 from pdcalc.model import ModelConfig, load_config
 
+PHASES = ("prefill", "decode")
 
-def _sum_min(n: np.ndarray, cap: float, step: float = 1.0) -> np.ndarray:
-    """``sum_{i=1..n} min(i / step, cap)``, exact for whole ``i / step`` (floor of the compressed count)."""
-    i = np.arange(1, int(np.max(n)) + 1, dtype=np.float64)
-    c = np.cumsum(np.minimum(np.floor(i / step), cap))
-    return c[n - 1]
+
+def _sum_floor(n: np.ndarray, step: float) -> np.ndarray:
+    """``sum_{i=1..n} floor(i / step)`` for whole ``n >= 0``."""
+    q = np.floor(n / step)
+    r = n - q * step
+    return step * q * (q - 1) / 2 + q * (r + 1)
+
+
+def sum_capped_floor(n, step: int = 1, cap: float = np.inf):
+    """``sum_{i=1..n} min(floor(i / step), cap)`` in closed form (whole ``n >= 0``, arrays welcome).
+
+    With ``q = floor(n / s)`` and ``n = q s + r``, the uncapped sum counts ``s`` positions for each value
+    ``0 .. q-1`` and ``r + 1`` for ``q``; the cap holds from position ``c s`` on:
+
+    .. math::
+
+       S(n) = s \\frac{q (q - 1)}{2} + q (r + 1), \\qquad
+       \\sum_{i=1}^{n} \\min(\\lfloor i/s \\rfloor, c) = S(\\min(n, c s - 1)) + c \\max(0, n - c s + 1)
+
+    Source: arithmetic; checked against a plain loop in ``tests/test_flops.py``.
+    """
+    n = np.floor(np.asarray(n, dtype=np.float64))
+    if not np.isfinite(cap):
+        return _sum_floor(n, step)
+    edge = cap * step - 1
+    return _sum_floor(np.minimum(n, edge), step) + cap * np.maximum(0.0, n - edge)
+
+
+def layer_ratios(cfg: ModelConfig) -> tuple[tuple[int, int], ...]:
+    """``(compress_ratio, layers)`` of the main model, in first-appearance order (MTP layers excluded)."""
+    return tuple(Counter(cfg.compress_ratios[:cfg.num_hidden_layers]).items())
+
+
+def _config(model) -> ModelConfig:
+    cfg = model if isinstance(model, ModelConfig) else load_config(model)
+    if cfg.model_type != "deepseek_v4":
+        raise ConfigError(cfg.source, "model_type", f"the hybrid attention model covers deepseek_v4, "
+                                                    f"not {cfg.model_type!r}")
+    return cfg
+
+
+def hybrid_attention_flops(model: str | Path | ModelConfig, context, *, phase: str = "prefill"):
+    """Attention-core and indexer FLOPs of DeepSeek-V4 hybrid attention, summed over the main layers.
+
+    ``phase="decode"``: one query at position ``L`` (``L`` tokens in the cache, the new one included).
+    ``phase="prefill"``: all queries ``i = 1..L`` of one prompt of ``L`` tokens. Per layer of ratio
+    ``r``, with ``w`` the window, ``K`` = ``index_topk``:
+
+    .. math::
+
+       k(i) = \\min(i, w) + \\begin{cases} 0 & r = 0 \\\\ \\min(\\lfloor i/4 \\rfloor, K) & r = 4 \\\\
+       \\lfloor i/r \\rfloor & \\text{otherwise} \\end{cases}
+
+       F_\\text{attn} = 4 n_h d \\sum_\\text{layers} \\sum_i k(i), \\qquad
+       F_\\text{index} = 2 n_I d_I \\, n_{r=4} \\sum_i \\lfloor i/4 \\rfloor
+
+    with the sums over ``i = L`` alone in decode. ``context`` counts whole tokens (rounded down).
+    Returns ``(attention, indexer)`` as floats or arrays.
+
+    Source: deepseek-ai/DeepSeek-V4-Flash ``inference/model.py`` (60d8d707): ``get_window_topk_idxs``,
+    ``get_compress_topk_idxs``, ``Indexer.forward`` (``topk(min(index_topk, end_pos // ratio))``),
+    ``Attention.forward`` (``sparse_attn`` over the window and the selected entries).
+    """
+    if phase not in PHASES:
+        raise LayoutError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
+    cfg = _config(model)
+    L = np.floor(np.asarray(context, dtype=np.float64))
+    scalar = L.ndim == 0
+    if phase == "decode":
+        def pos(step=1, cap=np.inf):
+            return np.minimum(np.floor(L / step), cap)
+    else:
+        def pos(step=1, cap=np.inf):
+            return sum_capped_floor(L, step, cap)
+    window = pos(1, cfg.sliding_window)
+    keys = np.zeros(L.shape)
+    scored = np.zeros(L.shape)
+    for r, n in layer_ratios(cfg):
+        k = window
+        if r == 4:
+            k = k + pos(4, cfg.index_topk)
+            scored = scored + n * pos(4)
+        elif r:
+            k = k + pos(r)
+        keys = keys + n * k
+    attn = 4.0 * cfg.num_attention_heads * cfg.head_dim * keys
+    index = 2.0 * cfg.index_n_heads * cfg.index_head_dim * scored
+    return (float(attn), float(index)) if scalar else (attn, index)
 
 
 def prefill_flops(model: str | Path | ModelConfig, prompt_tokens, *, include_attention: bool = True):
@@ -47,7 +137,8 @@ def prefill_flops(model: str | Path | ModelConfig, prompt_tokens, *, include_att
     Returns a dict of float or arrays: ``matmul`` (2 x activated parameters x tokens), ``attention``
     (window, compressed and selected keys), ``indexer`` (scoring the ratio-4 entries) and ``total``.
 
-    Source: module docstring; activated parameters from :meth:`pdcalc.inventory.Inventory.activated`.
+    Source: module docstring; activated parameters from :meth:`pdcalc.inventory.Inventory.activated`;
+    attention from :func:`hybrid_attention_flops`.
     """
     cfg = model if isinstance(model, ModelConfig) else load_config(model)
     if cfg.model_type != "deepseek_v4":
@@ -60,19 +151,10 @@ def prefill_flops(model: str | Path | ModelConfig, prompt_tokens, *, include_att
     n = np.atleast_1d(n).astype(np.int64)
     act = get_inventory(cfg).activated()
     matmul = 2.0 * act * n
-    attn = np.zeros(n.shape)
-    index = np.zeros(n.shape)
     if include_attention:
-        per_key = 4.0 * cfg.num_attention_heads * cfg.head_dim
-        window = _sum_min(n, cfg.sliding_window)
-        for r in cfg.compress_ratios[:cfg.num_hidden_layers]:
-            keys = window.copy()
-            if r == 128:
-                keys += _sum_min(n, np.inf, 128)
-            elif r == 4:
-                keys += _sum_min(n, cfg.index_topk, 4)
-                index += 2.0 * cfg.index_n_heads * cfg.index_head_dim * _sum_min(n, np.inf, 4)
-            attn += per_key * keys
+        attn, index = hybrid_attention_flops(cfg, n, phase="prefill")
+    else:
+        attn, index = np.zeros(n.shape), np.zeros(n.shape)
     total = matmul + attn + index
     out = {"matmul": matmul, "attention": attn, "indexer": index, "total": total}
     return {k: float(v[0]) for k, v in out.items()} if scalar else out

@@ -93,6 +93,8 @@ class Setup:
 
     model: str | Path = "deepseek-v4-flash"   # preset or config.json
     quant: str = "w8a8"                       # weights as stored (pdcalc.quant)
+    weights_model: str | Path | None = None   # inventory that sizes the weights (e.g. an article preset); None: model
+    weights_quant: str | None = None          # scheme for weights_model; None: quant
     card: str | Path = "ascend-910b2"         # card preset or hardware TOML
     cards: int = 64                           # cluster size
     mtp: bool = True                          # MTP module loaded (weights)
@@ -196,7 +198,8 @@ def sides(setup: Setup, work: Workload) -> tuple[list[Side], list[Side]]:
         for t in setup.tp_options:
             if size % t or heads % t:
                 continue
-            w = card_weights(setup.model, setup.quant, ep=size, tp=t, mtp=setup.mtp).total_bytes
+            w = card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=t,
+                             mtp=setup.mtp).total_bytes
             dp = size // t
             pf = _step(setup, t, size, context=work.prompt_tokens, concurrency=dp, phase="prefill")
             p_out.append(Side("P", size, t, w, usable - w - setup.p_overhead_bytes, prefill_s=float(pf.time_s),

@@ -1,5 +1,7 @@
-"""Step time and throughput of a DeepSeek-V3-type model (MLA + MoE) on a parallel layout: a roofline
-with communication.
+"""Step time and throughput of a DeepSeek MoE model on a parallel layout: a roofline with communication.
+
+Two architectures: DeepSeek-V3 (``model_type`` "deepseek_v3": MLA + MoE) and DeepSeek-V4 ("deepseek_v4":
+hybrid sliding-window / compressed attention with an indexer, MoE with hash-routed first layers).
 
 One *step* is one forward pass of the whole deployment: in prefill a batch of prompts, in decode one
 new token for every sequence in flight. Per card, three times are compared:
@@ -27,16 +29,29 @@ Layout: ``tp x dp`` cards. Attention, the dense FFN layers, the shared expert an
 split over the ``tp`` cards of each of the ``dp`` ranks; sequences are spread evenly over the ranks.
 Routed experts are spread over EP groups of ``ep`` cards (``ep=None``: no expert parallelism, every
 rank splits every expert over its ``tp`` cards, as vLLM does without ``--enable-expert-parallel``).
-Loads are balanced expected values: no routing skew, no stragglers, no scheduling gaps.
+Loads are balanced expected values: no routing skew, no stragglers, no scheduling gaps. DeepSeek-V4's
+hash-routed first ``num_hash_layers`` layers pick their ``k`` experts by token id; they are loaded like
+top-k routed layers (uniform over experts).
+
+KV cache: DeepSeek-V3 keeps one BF16 MLA latent per token and layer (dtype bytes: ``kv_bytes``).
+DeepSeek-V4 keeps, per layer kind, the caches of :func:`pdcalc.kv_cache.engine_layout` (``engine``):
+a sliding window of raw entries on every layer, compressed entries on ratio-4 and ratio-128 layers,
+indexer keys on ratio-4 layers, compressor states. A decode step reads only what the new token
+attends to (:func:`kv_read_bytes_per_sequence`).
 
 Not modelled: activation memory traffic, kernel launch and synchronisation latency, speculative
-decoding (MTP), prefix-cache hits, the MTP module's weights.
+decoding: the MTP layers are not run in the step, and neither their weights nor their KV cache are
+counted; prefix-cache hits; DeepSeek-V4's compressor pooling, compressor-state reads and mHC mixing
+beyond its parameters.
 
 Sources: DeepSeek-V3 ``inference/model.py`` (``MLA.forward``: ``attn_impl = "naive"`` expands the
 latent into per-head keys and values, ``"absorb"`` scores queries against the latent cache itself;
-``MoE``, ``Gate``: top-k routing); vLLM (MLA keeps one latent cache that every TP rank stores whole,
-since the latent is shared by all heads); Shoeybi et al. 2019 (Megatron-LM: two all-reduces per
-transformer layer under TP); DeepEP (FP8 dispatch, BF16 combine).
+``MoE``, ``Gate``: top-k routing); DeepSeek-V4-Flash ``inference/model.py`` at 60d8d707
+(``Attention.forward``, ``Indexer.forward``, ``Gate.forward``: ``tid2eid`` hash routing; ``wo_b``
+row-parallel and ``MoE`` all-reduces; ``Indexer``: ``dist.all_reduce(index_score)`` under TP); vLLM
+(MLA keeps one latent cache that every TP rank stores whole, since the latent is shared by all heads);
+Shoeybi et al. 2019 (Megatron-LM: two all-reduces per transformer layer under TP); DeepEP (FP8
+dispatch, BF16 combine).
 """
 
 from __future__ import annotations
@@ -48,10 +63,12 @@ import numpy as np
 import pandas as pd
 
 from pdcalc import measurements
-from pdcalc.errors import ConfigError, LayoutError
+from pdcalc.errors import ConfigError, LayoutError, UnknownNameError
+from pdcalc.flops import hybrid_attention_flops, layer_ratios, sum_capped_floor
 from pdcalc.hardware import Card, get_card
 from pdcalc.inventory import get_inventory
-from pdcalc.kv_cache import mla_bytes_per_token
+from pdcalc.kv_cache import ENGINES, engine_layout, mla_bytes_per_token
+from pdcalc.model import ModelConfig
 from pdcalc.memory import card_weights
 from pdcalc.parallel import allreduce_bytes, expected_remote_cards, place_experts
 from pdcalc.quant import get_scheme
@@ -79,21 +96,24 @@ DEFAULT_ACT_BYTES = 2.0            # BF16 hidden states on the TP all-reduce
 DEFAULT_DISPATCH_BYTES = 1.0       # DeepEP dispatch: FP8 hidden state (as pdcalc.parallel.dispatch)
 DEFAULT_COMBINE_BYTES = 2.0        # DeepEP combine: BF16 expert output (as pdcalc.parallel.dispatch)
 DEFAULT_KV_BYTES = 2.0             # BF16 latent + RoPE key cache (reference MLA.__init__)
+DEFAULT_V4_ENGINE = "vllm-ascend"  # engine whose KV layout a DeepSeek-V4 step reads (pdcalc.kv_cache)
+MODEL_TYPES = ("deepseek_v3", "deepseek_v4")
 
 
 # ------------------------------------------------------------------------------ model structure
 @dataclass(frozen=True)
 class _Split:
-    """Parameters of the main model by how a step uses them."""
+    """Parameters of the main model by how a step uses them (MTP layers excluded)."""
 
+    model_type: str        # "deepseek_v3" or "deepseek_v4"
     layers: int            # transformer blocks
     moe_layers: int        # blocks with a routed MoE FFN
     heads: int             # query heads
     hidden: int            # hidden size
-    kv_lora_rank: int      # d_c
+    kv_lora_rank: int | None  # d_c (V3)
     rope: int              # d_R
-    nope: int              # d_nope
-    v_head: int            # d_v
+    nope: int | None       # d_nope (V3)
+    v_head: int | None     # d_v (V3)
     n_experts: int         # routed experts per MoE layer
     top_k: int             # routed experts per token
     replicated: int        # non-routed, computed in full on every TP card (wq_a, wkv_a, router, norms)
@@ -101,6 +121,14 @@ class _Split:
     head: int              # output head (split over TP; one row of logits per sequence in prefill)
     routed: int            # all routed experts of all MoE layers
     activated: int         # Inventory.activated()
+    config: ModelConfig | None = None  # the model's config (V4 attention reads it)
+    c4_layers: int = 0     # V4: ratio-4 layers (with an indexer)
+    o_groups: int | None = None       # V4: groups of the grouped output projection
+    index_heads: int | None = None    # V4: indexer query heads
+
+    @property
+    def v4(self) -> bool:
+        return self.model_type == "deepseek_v4"
 
 
 def _model_key(model):
@@ -120,9 +148,10 @@ def _split(model) -> _Split:
 def _build_split(model) -> _Split:
     inv = get_inventory(model)
     cfg = inv.config
-    if cfg is None or cfg.model_type != "deepseek_v3":
+    if cfg is None or cfg.model_type not in MODEL_TYPES:
         raise ConfigError(str(getattr(inv, "name", model)), "model_type",
-                          "the throughput model covers MLA models (model_type 'deepseek_v3') with a config")
+                          "the throughput model covers models with a config of model_type 'deepseek_v3' (MLA) "
+                          "or 'deepseek_v4' (hybrid attention)")
     repl = tp = head = routed = 0
     for t in inv.tensors:
         if t.part != "main" or t.category in ("embedding", "hash_routing"):   # lookups: one row per token
@@ -135,11 +164,14 @@ def _build_split(model) -> _Split:
             tp += t.params
         else:
             repl += t.params
-    return _Split(layers=cfg.num_hidden_layers, moe_layers=cfg.n_moe_layers, heads=cfg.num_attention_heads,
-                  hidden=cfg.hidden_size, kv_lora_rank=cfg.kv_lora_rank, rope=cfg.qk_rope_head_dim,
-                  nope=cfg.qk_nope_head_dim, v_head=cfg.v_head_dim, n_experts=cfg.n_routed_experts,
-                  top_k=cfg.num_experts_per_tok, replicated=repl, tp_split=tp, head=head, routed=routed,
-                  activated=inv.activated())
+    v4 = cfg.model_type == "deepseek_v4"
+    return _Split(model_type=cfg.model_type, layers=cfg.num_hidden_layers, moe_layers=cfg.n_moe_layers,
+                  heads=cfg.num_attention_heads, hidden=cfg.hidden_size, kv_lora_rank=cfg.kv_lora_rank,
+                  rope=cfg.qk_rope_head_dim, nope=cfg.qk_nope_head_dim, v_head=cfg.v_head_dim,
+                  n_experts=cfg.n_routed_experts, top_k=cfg.num_experts_per_tok, replicated=repl, tp_split=tp,
+                  head=head, routed=routed, activated=inv.activated(), config=cfg,
+                  c4_layers=dict(layer_ratios(cfg)).get(4, 0) if v4 else 0,
+                  o_groups=cfg.o_groups if v4 else None, index_heads=cfg.index_n_heads if v4 else None)
 
 
 def _check_phase(phase: str) -> str:
@@ -162,10 +194,10 @@ def _out(x, scalar: bool):
 def attention_flops_per_token(model, context, *, phase: str = "decode"):
     """Attention-core FLOPs of one token, summed over layers (projections excluded).
 
-    Decode uses the absorbed form (reference ``attn_impl = "absorb"``): the query is scored against the
-    latent cache (``d_c``) and the RoPE key cache (``d_R``), and the softmax weights are applied to the
-    latent cache; the absorbed up-projections cost exactly the ``wkv_b`` matmul and are counted with the
-    parameters. Prefill uses the naive form on per-head keys (``d_nope + d_R``) and values (``d_v``)
+    DeepSeek-V3 (MLA). Decode uses the absorbed form (reference ``attn_impl = "absorb"``): the query is
+    scored against the latent cache (``d_c``) and the RoPE key cache (``d_R``), and the softmax weights are
+    applied to the latent cache; the absorbed up-projections cost exactly the ``wkv_b`` matmul and are
+    counted with the parameters. Prefill uses the naive form on per-head keys (``d_nope + d_R``) and values (``d_v``)
     under a causal mask, where token ``i`` of a prompt of ``L`` tokens attends to ``i`` positions:
 
     .. math::
@@ -175,11 +207,28 @@ def attention_flops_per_token(model, context, *, phase: str = "decode"):
 
     ``context`` is the KV length ``L`` in decode and the prompt length in prefill (arrays welcome).
 
-    Source: deepseek-ai/DeepSeek-V3 ``inference/model.py``, ``MLA.forward`` (the einsums of both branches).
+    DeepSeek-V4 (hybrid attention, :func:`pdcalc.flops.hybrid_attention_flops`): the query attends to
+    ``k(L)`` keys of one shared 512-wide latent on every layer (window, selected or all compressed
+    entries), and on ratio-4 layers the indexer scores all ``L / 4`` compressed entries. Decode counts
+    the one query at position ``L``; prefill averages over the ``L`` queries of the prompt:
+
+    .. math::
+
+       F_\\text{decode}(L) = \\sum_\\text{layers} 4 h d \\, k(L) + n_{r=4} \\, 2 n_I d_I \\lfloor L/4 \\rfloor,
+       \\qquad
+       F_\\text{prefill}(L) = \\frac{1}{L} \\sum_{i=1}^{L} F_\\text{decode}(i)
+
+    (``L`` in whole tokens for V4.)
+
+    Source: deepseek-ai/DeepSeek-V3 ``inference/model.py``, ``MLA.forward`` (the einsums of both branches);
+    deepseek-ai/DeepSeek-V4-Flash ``inference/model.py``, ``Attention.forward``, ``Indexer.forward``.
     """
     s, phase = _split(model), _check_phase(phase)
     L = _array(context, "context", 1)
-    if phase == "decode":
+    if s.v4:
+        attn, index = hybrid_attention_flops(s.config, L, phase=phase)
+        f = attn + index if phase == "decode" else (attn + index) / L
+    elif phase == "decode":
         f = s.layers * 2 * s.heads * L * (2 * s.kv_lora_rank + s.rope)
     else:
         f = s.layers * 2 * s.heads * (L + 1) / 2 * (s.nope + s.rope + s.v_head)
@@ -264,6 +313,135 @@ def kv_bytes_per_token(model, kv_bytes: float = DEFAULT_KV_BYTES) -> float:
     return mla_bytes_per_token(model, dtype_bytes=kv_bytes)
 
 
+@dataclass(frozen=True)
+class _KVKind:
+    """The caches of one kind of DeepSeek-V4 main layer, as one engine stores them."""
+
+    layers: int                # main layers of this kind
+    window: int                # raw tokens of the sliding window
+    window_entry: float        # bytes of one window entry
+    ratio: int                 # tokens per compressed entry (0: none)
+    compressed_entry: float    # bytes of one compressed entry
+    selected: float            # compressed entries a query attends to at most (index_topk, or all)
+    indexer_ratio: int         # tokens per indexer key (0: no indexer)
+    indexer_entry: float       # bytes of one indexer key
+    caches: tuple              # CacheSpec of every cache of the layer (stored bytes)
+
+
+def _build_v4_kv(model, engine: str) -> tuple[_KVKind, ...]:
+    s = _split(model)
+    layout = engine_layout(engine, s.config)
+    out = []
+    for kind in layout.kinds(include_mtp=False):
+        c = {cs.name: cs for cs in kind.caches}
+        comp, idx = c.get("compressed"), c.get("indexer")
+        out.append(_KVKind(
+            layers=kind.n_layers, window=kind.window_entries, window_entry=kind.window_entry_bytes,
+            ratio=comp.tokens_per_entry if comp else 0, compressed_entry=comp.entry_bytes if comp else 0.0,
+            selected=float(s.config.index_topk) if idx else np.inf,
+            indexer_ratio=idx.tokens_per_entry if idx else 0, indexer_entry=idx.entry_bytes if idx else 0.0,
+            caches=kind.caches))
+    return tuple(out)
+
+
+@cache
+def _v4_kv_cached(model: str, engine: str) -> tuple[_KVKind, ...]:
+    return _build_v4_kv(model, engine)
+
+
+def _v4_kv(model, engine: str) -> tuple[_KVKind, ...]:
+    key = _model_key(model)
+    return _v4_kv_cached(key, engine) if key is not None else _build_v4_kv(model, engine)
+
+
+def _engine(s: _Split, engine: str | None) -> str | None:
+    """The engine whose KV layout a step reads: V4 default :data:`DEFAULT_V4_ENGINE`; V3 none."""
+    if not s.v4:
+        if engine not in (None, "reference"):
+            raise LayoutError(f"engine={engine!r}: DeepSeek-V3 steps use the reference BF16 MLA cache (its dtype "
+                              f"set by kv_bytes); engine must be None or 'reference'")
+        return None
+    engine = DEFAULT_V4_ENGINE if engine is None else engine
+    if engine not in ENGINES:
+        raise UnknownNameError("engine", engine, ENGINES)
+    return engine
+
+
+def kv_read_bytes_per_sequence(model, context, *, phase: str = "decode", engine: str | None = None,
+                               kv_bytes: float = DEFAULT_KV_BYTES):
+    """KV bytes one sequence moves in one step: read in decode, written in prefill.
+
+    DeepSeek-V3: the whole MLA cache in decode, the new tokens' entries in prefill, ``b_KV`` =
+    :func:`kv_bytes_per_token` bytes each (``engine`` None or "reference").
+
+    DeepSeek-V4: the new token reads only what it attends to and what its indexer scores, with the entry
+    sizes ``e`` of ``engine``'s layout (:func:`pdcalc.kv_cache.engine_layout`; page padding is not
+    read): on every layer the ``min(L, w)`` window entries, on a ratio-4 layer the ``min(L/4, K)``
+    entries the indexer selects (``K`` = ``index_topk``) and all ``L/4`` indexer keys, on a ratio-128
+    layer all ``L/128`` compressed entries. A prefill writes the entries the prompt leaves in the cache:
+
+    .. math::
+
+       B_\\text{read}(L) = \\sum_\\text{layers} \\Bigl[\\min(L, w)\\,e_\\text{win}
+       + \\min(\\lfloor L/r \\rfloor, K_r)\\,e_\\text{c} + [r = 4] \\lfloor L/4 \\rfloor\\,e_\\text{idx}\\Bigr],
+       \\qquad K_4 = K,\\; K_{128} = \\infty
+
+       B_\\text{write}(L) = \\sum_\\text{layers} \\Bigl[\\min(L, w)\\,e_\\text{win}
+       + \\lfloor L/r \\rfloor\\,e_\\text{c} + [r = 4] \\lfloor L/4 \\rfloor\\,e_\\text{idx}\\Bigr]
+
+    Compressor states (at most a few KB per layer and step, amortised) and the MTP layer are left out.
+    ``L`` counts whole tokens (rounded down).
+
+    Source: deepseek-ai/DeepSeek-V4-Flash ``inference/model.py`` (60d8d707): ``get_window_topk_idxs``,
+    ``Indexer.forward`` (scores ``kv_cache[:, :end_pos // ratio]``, keeps ``topk(min(index_topk, ...))``),
+    ``get_compress_topk_idxs`` (all entries without an indexer), ``sparse_attn`` (gathers the selected
+    entries); entry bytes from :mod:`pdcalc.kv_cache`.
+    """
+    s, phase = _split(model), _check_phase(phase)
+    engine = _engine(s, engine)
+    L = _array(context, "context", 1)
+    scalar = np.ndim(context) == 0
+    if not s.v4:
+        return _out(L * kv_bytes_per_token(model, kv_bytes), scalar)
+    n = np.floor(L)
+    out = np.zeros(n.shape)
+    for k in _v4_kv(model, engine):
+        b = np.minimum(n, k.window) * k.window_entry
+        if k.ratio:
+            entries = np.floor(n / k.ratio)
+            b = b + (np.minimum(entries, k.selected) if phase == "decode" else entries) * k.compressed_entry
+        if k.indexer_ratio:
+            b = b + np.floor(n / k.indexer_ratio) * k.indexer_entry
+        out = out + k.layers * b
+    return _out(out, scalar)
+
+
+def kv_stored_bytes_per_sequence(model, context, *, engine: str | None = None,
+                                 kv_bytes: float = DEFAULT_KV_BYTES):
+    """KV bytes one sequence of ``L`` tokens holds on a card (main layers; the cache is whole on every TP card).
+
+    DeepSeek-V3: ``L b_KV`` (:func:`kv_bytes_per_token`). DeepSeek-V4: every cache of ``engine``'s
+    layout, pages and padding included, MTP layer excluded, i.e.
+    ``pdcalc.kv_cache.kv_bytes(model, L, engine, include_mtp=False).total_bytes``:
+
+    .. math:: B_\\text{stored}(L) = \\sum_\\text{layers} \\sum_\\text{caches} B_\\text{cache}(L)
+
+    Source: :func:`pdcalc.kv_cache.kv_bytes`.
+    """
+    s = _split(model)
+    engine = _engine(s, engine)
+    L = _array(context, "context", 1)
+    scalar = np.ndim(context) == 0
+    if not s.v4:
+        return _out(L * kv_bytes_per_token(model, kv_bytes), scalar)
+    n = np.floor(L).astype(np.int64)
+    out = np.zeros(n.shape)
+    for k in _v4_kv(model, engine):
+        for c in k.caches:
+            out = out + k.layers * c.bytes_at(n)
+    return _out(out, scalar)
+
+
 # ------------------------------------------------------------------------------ communication
 def _link(card: Card, group: int) -> float:
     """Per-card one-way bandwidth of a group: the node's fabric when the group fits in a node."""
@@ -293,6 +471,39 @@ def tp_allreduce_per_layer(model, card, *, tokens, tp: int,
     T = _array(tokens, "tokens", 0)
     b = allreduces * allreduce_bytes(T * s.hidden * act_bytes, tp)
     scalar = np.ndim(tokens) == 0
+    return _out(b, scalar), _out(b / (comm_eff * _link(c, tp)), scalar)
+
+
+def indexer_allreduce_per_layer(model, card, *, context, sequences, tp: int, phase: str = "decode",
+                                act_bytes: float = DEFAULT_ACT_BYTES, comm_eff: float = DEFAULT_COMM_EFF):
+    """DeepSeek-V4: bytes each card sends and seconds spent all-reducing one ratio-4 layer's indexer scores.
+
+    Under TP each card holds ``n_I / t`` indexer heads (``wq_b``, ``weights_proj`` column-parallel), so
+    every query's scores over the ``L / 4`` compressed entries are partial sums, all-reduced in BF16
+    before the top-k. ``sequences`` are those of one TP rank; a decode query scores ``floor(L/4)``
+    entries, a prompt's queries ``sum_i floor(i/4)`` (causal):
+
+    .. math::
+
+       B_\\text{idx} = 2 \\frac{t-1}{t} \\, S \\, N_\\text{scores}(L) \\, s_\\text{act}, \\qquad
+       t_\\text{idx} = \\frac{B_\\text{idx}}{\\eta_\\text{comm} W_\\text{link}}
+
+    Returns ``(bytes, seconds)``.
+
+    Source: deepseek-ai/DeepSeek-V4-Flash ``inference/model.py``, ``Indexer.forward``
+    (``if world_size > 1: dist.all_reduce(index_score)``).
+    """
+    s, c = _split(model), get_card(card)
+    phase = _check_phase(phase)
+    if not s.v4:
+        raise ConfigError(s.config.source, "model_type", "only deepseek_v4 has an indexer")
+    _check_int("tp", tp)
+    _check_eff("comm_eff", comm_eff)
+    L = np.floor(_array(context, "context", 1))
+    S = _array(sequences, "sequences", 0)
+    scores = np.floor(L / 4) if phase == "decode" else sum_capped_floor(L, 4)
+    b = allreduce_bytes(S * scores * act_bytes, tp)
+    scalar = np.ndim(context) == 0 and np.ndim(sequences) == 0
     return _out(b, scalar), _out(b / (comm_eff * _link(c, tp)), scalar)
 
 
@@ -342,7 +553,7 @@ class StepTime:
     tokens: object              # tokens the deployment processes in the step
     flops_per_card: object      # FLOP
     bytes_per_card: object      # HBM bytes read: weights hit + KV
-    comm_bytes_per_card: object  # bytes sent: TP all-reduce + EP all-to-all
+    comm_bytes_per_card: object  # bytes sent: TP all-reduces (V4: + indexer scores) + EP all-to-all
     compute_s: object
     memory_s: object
     comm_s: object
@@ -378,7 +589,8 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
          attn_dtype: str = "bf16", peak_flops_per_s: float | None = None,
          kv_bytes: float = DEFAULT_KV_BYTES, act_bytes: float = DEFAULT_ACT_BYTES,
          allreduces_per_layer: int = DEFAULT_ALLREDUCES_PER_LAYER,
-         dispatch_bytes: float = DEFAULT_DISPATCH_BYTES, combine_bytes: float = DEFAULT_COMBINE_BYTES) -> StepTime:
+         dispatch_bytes: float = DEFAULT_DISPATCH_BYTES, combine_bytes: float = DEFAULT_COMBINE_BYTES,
+         engine: str | None = None) -> StepTime:
     """Time and throughput of one step of ``model`` on ``tp x dp`` cards of ``card``.
 
     Parameters
@@ -400,6 +612,12 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         Communication hidden under compute and memory traffic (two micro-batches) or added to them.
     peak_flops_per_s
         Overrides the card's peak for the linear layers (for a dtype the preset lacks).
+    kv_bytes
+        DeepSeek-V3 only: bytes per value of the MLA cache (BF16: 2).
+    engine
+        DeepSeek-V4 only: the engine whose KV layout (:func:`pdcalc.kv_cache.engine_layout`) sets the
+        bytes of every cache entry (``None``: :data:`DEFAULT_V4_ENGINE`). DeepSeek-V3 takes ``None`` or
+        ``"reference"`` (its cache is set by ``kv_bytes``).
 
     Per card, with ``T = concurrency x tokens per sequence`` tokens over ``n = tp x dp`` cards, ``T_r = T / dp``
     per rank, ``T_g`` tokens per EP group and ``t = tp``:
@@ -415,6 +633,21 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     with ``S`` sequences (``S_r`` per rank; logits for ``S_r`` rows), the MLA cache whole on every TP card
     (the latent is shared by all heads), :func:`weight_bytes_per_card` for ``B_w``,
     :func:`tp_allreduce_per_layer` over ``n_layers`` and :func:`ep_alltoall_per_layer` over the MoE layers.
+
+    DeepSeek-V4 uses the same linear terms (its inventory's ``shard``: ``wq_a``, ``wkv``, compressors,
+    router and mHC replicated; ``wq_b``, ``wo_a``, ``wo_b``, indexer projections, shared expert and head
+    TP-split) and :func:`attention_flops_per_token` for ``F_attn`` (heads and indexer heads split over
+    TP). Its single KV head (MQA) keeps the cache whole on every TP card; KV bytes come from
+    ``engine``'s layout:
+
+    .. math::
+
+       B_\\text{card} = B_\\text{w}(T_g) + S_r \\, B_\\text{read}(L) \\;(\\text{decode}), \\qquad
+       B_\\text{card} = B_\\text{w}(T_g) + S_r \\, B_\\text{write}(L) \\;(\\text{prefill}), \\qquad
+       M_\\text{card} = W_\\text{card} + S_r \\, B_\\text{stored}(L)
+
+    (:func:`kv_read_bytes_per_sequence`, :func:`kv_stored_bytes_per_sequence`), and under TP each
+    ratio-4 layer adds :func:`indexer_allreduce_per_layer`. The MTP layers are not in the step.
     """
     phase = _check_phase(phase)
     s, c = _split(model), get_card(card)
@@ -422,6 +655,14 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     _check_int("dp", dp)
     if s.heads % tp:
         raise LayoutError(f"tp={tp} does not divide the {s.heads} attention heads: TP splits attention by head")
+    if s.v4:
+        if s.o_groups % tp:
+            raise LayoutError(f"tp={tp} does not divide the {s.o_groups} output groups (o_groups): TP splits "
+                              f"the grouped output projection wo_a by group")
+        if s.index_heads % tp:
+            raise LayoutError(f"tp={tp} does not divide the {s.index_heads} indexer heads (index_n_heads): TP "
+                              f"splits the indexer by head")
+    engine = _engine(s, engine)
     cards = tp * dp
     if ep is not None:
         _check_int("ep", ep)
@@ -463,12 +704,17 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     compute_s = f_lin / (p_lin * mfu) + f_attn / (c.flops(attn_dtype) * mfu)
 
     # memory
-    b_kv_tok = kv_bytes_per_token(model, kv_bytes)
     w_read = weight_bytes_per_card(model, quant, tp=tp, ep=ep, routed_tokens=T_g)
-    kv_read = S_r * L * b_kv_tok if phase == "decode" else T_r * b_kv_tok
+    if s.v4:
+        kv_read = S_r * kv_read_bytes_per_sequence(model, L, phase=phase, engine=engine)
+        kv_held = S_r * kv_stored_bytes_per_sequence(model, L, engine=engine)
+    else:
+        b_kv_tok = kv_bytes_per_token(model, kv_bytes)
+        kv_read = S_r * L * b_kv_tok if phase == "decode" else T_r * b_kv_tok
+        kv_held = S_r * L * b_kv_tok
     bytes_card = w_read + kv_read
     memory_s = bytes_card / (c.hbm_bandwidth_bytes_per_s * mbu)
-    stored = weight_bytes_per_card(model, quant, tp=tp, ep=ep) + S_r * L * b_kv_tok
+    stored = weight_bytes_per_card(model, quant, tp=tp, ep=ep) + kv_held
 
     # communication
     comm_b = np.zeros_like(T)
@@ -477,6 +723,10 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         b, t = tp_allreduce_per_layer(model, c, tokens=T_r, tp=tp, act_bytes=act_bytes, comm_eff=comm_eff,
                                       allreduces=allreduces_per_layer)
         comm_b, comm_s = comm_b + s.layers * b, comm_s + s.layers * t
+        if s.v4 and s.c4_layers:
+            b, t = indexer_allreduce_per_layer(model, c, context=L, sequences=S_r, tp=tp, phase=phase,
+                                               act_bytes=act_bytes, comm_eff=comm_eff)
+            comm_b, comm_s = comm_b + s.c4_layers * b, comm_s + s.c4_layers * t
     if ep is not None and ep > 1:
         b, t = ep_alltoall_per_layer(model, c, tokens_per_card=T / cards, ep=ep, dispatch_bytes=dispatch_bytes,
                                      combine_bytes=combine_bytes, comm_eff=comm_eff)

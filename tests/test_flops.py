@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from pdcalc.errors import ConfigError, LayoutError
-from pdcalc.flops import prefill_flops
+from pdcalc.flops import hybrid_attention_flops, prefill_flops, sum_capped_floor
 from pdcalc.inventory import get_inventory
 from pdcalc.model import load_config
 
@@ -49,3 +49,45 @@ def test_errors():
         prefill_flops(V4, 0)
     with pytest.raises(LayoutError):
         prefill_flops(V4, 1.5)
+
+
+@pytest.mark.parametrize("step,cap", [(1, np.inf), (1, 128), (4, np.inf), (4, 512), (4, 3), (128, np.inf), (7, 2)])
+def test_sum_capped_floor_matches_a_plain_loop(step, cap):
+    n = np.arange(0, 3000)
+    loop = np.concatenate([[0], np.cumsum([min(i // step, cap) for i in range(1, 3000)])])
+    assert np.array_equal(sum_capped_floor(n, step, cap), loop)
+
+
+def test_decode_query_is_the_increment_of_the_prefill_sum():
+    n = np.array([1, 2, 4, 127, 128, 129, 2048, 2049, 5000])
+    pre_a, pre_i = hybrid_attention_flops(V4, n, phase="prefill")
+    prev_a, prev_i = hybrid_attention_flops(V4, n - 1, phase="prefill")
+    dec_a, dec_i = hybrid_attention_flops(V4, n, phase="decode")
+    assert np.array_equal(pre_a - prev_a, dec_a)
+    assert np.array_equal(pre_i - prev_i, dec_i)
+
+
+def test_long_prompt_is_cheap():
+    import time
+    prefill_flops(V4, 10)
+    t0 = time.perf_counter()
+    f = prefill_flops(V4, 1_048_576)
+    assert time.perf_counter() - t0 < 0.01
+    assert f["attention"] > 0
+
+
+def test_other_ratios_attend_to_all_compressed_entries():
+    # a ratio without an indexer (anything but 4) attends to every compressed entry, as ratio 128 does
+    import dataclasses
+    cfg = load_config(V4)
+    c16 = dataclasses.replace(cfg, compress_ratios=tuple(16 if r == 128 else r for r in cfg.compress_ratios))
+    a, _ = hybrid_attention_flops(c16, 1000, phase="decode")
+    per_key = 4 * cfg.num_attention_heads * cfg.head_dim
+    assert a == per_key * (43 * 128 + 21 * min(250, 512) + 20 * (1000 // 16))
+
+
+def test_hybrid_attention_errors():
+    with pytest.raises(ConfigError, match="deepseek_v4"):
+        hybrid_attention_flops("deepseek-v3", 100)
+    with pytest.raises(LayoutError, match="phase"):
+        hybrid_attention_flops(V4, 100, phase="train")

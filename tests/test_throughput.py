@@ -231,9 +231,12 @@ def test_missing_peak_names_the_dtype_and_can_be_overridden():
     assert st.time_s > 0
 
 
-def test_non_mla_model_is_refused():
+def test_model_without_a_config_is_refused():
+    # the articles' simplified presets carry no config.json, hence no attention structure
     with pytest.raises(ConfigError, match="deepseek_v3"):
-        th.flops_per_token("deepseek-v4-flash", 1024)
+        th.flops_per_token("deepseek-v4-flash-article", 1024)
+    with pytest.raises(ConfigError, match="deepseek_v4"):
+        th.step("deepseek-v3-article", "ascend-910b2", tp=1, dp=1, context=1024, concurrency=8, phase="decode")
 
 
 # ------------------------------------------------------------------ published measurements
@@ -262,3 +265,215 @@ def test_compare_published_table():
     assert df["ratio"].between(1 / 3, 3).all(), df[["measurement", "ratio"]]
     assert set(df["bound"]) <= set(th.BOUNDS)
     assert df["source"].str.len().gt(0).all()
+
+
+# ------------------------------------------------------------------ DeepSeek-V4
+V4 = "deepseek-v4-flash"
+CFG4 = load_config(V4)
+INV4 = get_inventory(V4)
+# main layers by kind, from compress_ratios[:43] = [0, 0, (4, 128) x 20, 4]
+N_SWA, N_C4, N_C128 = 2, 21, 20
+# vllm-ascend on 910B (pdcalc.kv_cache): BF16 window and compressed entries of head_dim 512, int8 indexer
+# keys of 128 with one fp16 scale
+E_WIN, E_COMP, E_IDX = 512 * 2, 512 * 2, 128 + 2
+
+
+def test_v4_config_fields_behind_the_hand_arithmetic():
+    ratios = CFG4.compress_ratios[:CFG4.num_hidden_layers]
+    assert (ratios.count(0), ratios.count(4), ratios.count(128)) == (N_SWA, N_C4, N_C128)
+    assert (CFG4.num_attention_heads, CFG4.head_dim, CFG4.sliding_window, CFG4.index_topk) == (64, 512, 128, 512)
+    assert (CFG4.index_n_heads, CFG4.index_head_dim, CFG4.hidden_size, CFG4.num_experts_per_tok) == (64, 128, 4096, 6)
+
+
+def _v4_keys(L):
+    """Keys one decode query at position L attends to, summed over the 43 main layers."""
+    return 43 * min(L, 128) + N_C4 * min(L // 4, 512) + N_C128 * (L // 128)
+
+
+@pytest.mark.parametrize("L", [1, 10, 600, 5000, 131072])
+def test_v4_decode_attention_flops_by_hand(L):
+    # scores + weighted sum over a 512-wide latent for 64 heads: 4 x 64 x 512 per key; the indexer scores
+    # every L // 4 entry with 64 heads of 128 on the 21 ratio-4 layers
+    expect = 4 * 64 * 512 * _v4_keys(L) + 2 * 64 * 128 * N_C4 * (L // 4)
+    assert th.attention_flops_per_token(V4, L, phase="decode") == expect
+
+
+def test_v4_decode_flops_at_600_tokens_spelled_out():
+    # L = 600: 128 window keys on 43 layers, min(150, 512) = 150 selected on 21, 600 // 128 = 4 on 20
+    keys = 43 * 128 + 21 * 150 + 20 * 4
+    assert keys == 8734
+    assert th.attention_flops_per_token(V4, 600) == 131_072 * 8734 + 16_384 * 21 * 150
+
+
+def test_v4_prefill_attention_is_the_mean_of_the_decode_queries():
+    L = 700
+    per_query = sum(th.attention_flops_per_token(V4, i, phase="decode") for i in range(1, L + 1))
+    assert th.attention_flops_per_token(V4, L, phase="prefill") * L == pytest.approx(per_query, rel=1e-12)
+
+
+def test_v4_flops_per_token_is_two_per_activated_parameter_plus_attention():
+    act = INV4.activated()
+    assert act / 1e9 == pytest.approx(13, rel=0.05)      # the official "13B activated"
+    assert th.flops_per_token(V4, 4096) == pytest.approx(2 * act + th.attention_flops_per_token(V4, 4096), rel=1e-12)
+
+
+def test_v4_decode_kv_read_by_hand():
+    # L = 5000: window 128 on 43 layers; the indexer selects 512 of the 1,250 ratio-4 entries and reads all
+    # 1,250 indexer keys; 39 ratio-128 entries
+    L = 5000
+    expect = 43 * 128 * E_WIN + N_C4 * (512 * E_COMP + 1250 * E_IDX) + N_C128 * 39 * E_COMP
+    assert th.kv_read_bytes_per_sequence(V4, L) == expect
+    # other engines: their own entry sizes (reference: BF16 everywhere; vLLM: 584 B rows, 132 B indexer keys)
+    ref = 43 * 128 * 1024 + N_C4 * (512 * 1024 + 1250 * 256) + N_C128 * 39 * 1024
+    assert th.kv_read_bytes_per_sequence(V4, L, engine="reference") == ref
+    vllm = 43 * 128 * 584 + N_C4 * (512 * 584 + 1250 * 132) + N_C128 * 39 * 584
+    assert th.kv_read_bytes_per_sequence(V4, L, engine="vllm") == vllm
+
+
+def test_v4_prefill_kv_writes_by_hand():
+    L = 5000   # all 1,250 ratio-4 entries are written, not only the 512 a query selects
+    expect = 43 * 128 * E_WIN + N_C4 * 1250 * (E_COMP + E_IDX) + N_C128 * 39 * E_COMP
+    assert th.kv_read_bytes_per_sequence(V4, L, phase="prefill") == expect
+
+
+def test_v4_sparse_read_is_less_than_a_full_read():
+    L = np.array([2048, 16384, 131072])
+    sparse = th.kv_read_bytes_per_sequence(V4, L)
+    full = th.kv_read_bytes_per_sequence(V4, L, phase="prefill")   # every stored entry once
+    unselected = N_C4 * (L // 4 - 512) * E_COMP
+    assert np.all(sparse <= full)
+    assert full - sparse == pytest.approx(unselected, rel=1e-12)
+    assert sparse[2] < full[2] / 3
+    # up to 2,048 tokens the indexer selects every entry: sparse = full
+    assert sparse[0] == full[0]
+    # and less than the cache the sequence holds (pages, compressor states)
+    assert np.all(sparse < th.kv_stored_bytes_per_sequence(V4, L))
+
+
+@pytest.mark.parametrize("engine", ["reference", "vllm", "vllm-ascend"])
+def test_v4_stored_kv_is_the_engines_cache_without_mtp(engine):
+    from pdcalc.kv_cache import kv_bytes
+    L = np.array([1, 777, 16384, 100_000])
+    expect = kv_bytes(V4, L, engine, include_mtp=False).total_bytes
+    assert np.array_equal(th.kv_stored_bytes_per_sequence(V4, L, engine=engine), expect)
+
+
+def test_v4_single_card_decode_step_by_hand():
+    card = get_card("ascend-910b2")
+    S, L = 1, 600
+    st = th.step(V4, card, tp=1, dp=1, context=L, concurrency=S, phase="decode", quant="w8a8", mfu=0.5, mbu=0.7)
+    assert st.tokens == 1
+    attn = 131_072 * 8734 + 16_384 * 21 * 150
+    lin = 2 * INV4.activated()          # one token: every activated parameter, routed experts at 6 / 256
+    assert st.flops_per_card == pytest.approx(lin + attn, rel=1e-12)
+    assert st.compute_s == pytest.approx(lin / (752e12 * 0.5) + attn / (353.9e12 * 0.5), rel=1e-12)
+    w = card_weights(V4, "w8a8", ep=1, tp=1)
+    # lookups (embedding, the 3 hash-routing tables) are read a row per token; one token hits 6 of 256 experts
+    weights_read = w.class_ii_bytes - w.by_category["embedding"] - w.by_category["hash_routing"] \
+        + w.class_i_bytes * 6 / 256
+    kv = 43 * 128 * E_WIN + 21 * (150 * E_COMP + 150 * E_IDX) + 20 * 4 * E_COMP
+    assert st.bytes_per_card == pytest.approx(weights_read + kv, rel=1e-12)
+    assert st.memory_s == pytest.approx((weights_read + kv) / (1.6e12 * 0.7), rel=1e-12)
+    assert st.comm_s == 0 and st.comm_bytes_per_card == 0
+    assert st.bound == "memory"
+    from pdcalc.kv_cache import kv_bytes
+    assert st.stored_bytes_per_card == pytest.approx(
+        w.total_bytes + kv_bytes(V4, L, "vllm-ascend", include_mtp=False).total_bytes, rel=1e-12)
+    assert st.time_s == pytest.approx(st.memory_s, rel=1e-12)
+
+
+def test_v4_single_card_prefill_matches_prefill_flops():
+    from pdcalc.flops import prefill_flops
+    L = 8000
+    st = th.step(V4, "ascend-910b2", tp=1, dp=1, context=L, concurrency=1, phase="prefill")
+    # prefill_flops counts the output head on every position; the step only on the last one
+    head = INV4.params(category="lm_head")
+    assert st.flops_per_card == pytest.approx(prefill_flops(V4, L)["total"] - 2 * head * (L - 1), rel=1e-12)
+    assert st.bound == "compute"
+
+
+def test_v4_tp_adds_the_indexer_score_allreduce():
+    card = get_card("ascend-910b2")
+    S, L, tp = 16, 4096, 8
+    st = th.step(V4, card, tp=tp, dp=1, context=L, concurrency=S, phase="decode", comm_eff=0.7)
+    ring = 2 * 7 / 8
+    hidden = 43 * 2 * ring * S * 4096 * 2          # 2 all-reduces of the BF16 hidden state per layer
+    scores = 21 * ring * S * (4096 // 4) * 2       # BF16 indexer scores of 1,024 entries per ratio-4 layer
+    assert st.comm_bytes_per_card == pytest.approx(hidden + scores, rel=1e-12)
+    assert st.comm_s == pytest.approx((hidden + scores) / (0.7 * 196e9), rel=1e-12)
+    b, _ = th.indexer_allreduce_per_layer(V4, card, context=L, sequences=S, tp=tp)
+    assert b == pytest.approx(ring * S * 1024 * 2, rel=1e-12)
+
+
+def test_v4_tp_splits_heads_and_duplicates_the_replicated_tensors():
+    S, L, tp = 32, 2048, 8
+    one = th.step(V4, "ascend-910b2", tp=1, dp=1, context=L, concurrency=S, phase="decode")
+    st = th.step(V4, "ascend-910b2", tp=tp, dp=1, context=L, concurrency=S, phase="decode")
+    n_repl = sum(t.params for t in INV4.tensors if t.part == "main" and t.shard == "replicated"
+                 and t.category not in ("routed_experts", "embedding", "hash_routing", "lm_head"))
+    assert st.flops_per_card * tp == pytest.approx(one.flops_per_card + (tp - 1) * S * 2 * n_repl, rel=1e-12)
+
+
+def test_v4_decode_grows_with_context():
+    kw = dict(tp=1, dp=32, ep=32, concurrency=960, phase="decode")
+    short = th.step(V4, "ascend-910b2", context=1, **kw)
+    long = th.step(V4, "ascend-910b2", context=131072, **kw)
+    for f in ("flops_per_card", "bytes_per_card", "stored_bytes_per_card", "time_s"):
+        assert getattr(long, f) > getattr(short, f), f
+    assert long.tokens_per_s < short.tokens_per_s
+    L = np.unique(np.geomspace(1, 131072, 1000).astype(int))
+    arr = th.step(V4, "ascend-910b2", context=L, **kw)
+    for f in ("flops_per_card", "bytes_per_card", "time_s"):
+        assert np.all(np.diff(getattr(arr, f)) >= 0), f
+
+
+def test_v4_step_is_vectorized_and_fast():
+    kw = dict(tp=1, dp=32, ep=32, phase="decode")
+    L = np.array([1024, 16384])
+    S = np.array([[320], [960]])
+    st = th.step(V4, "ascend-910b2", context=L, concurrency=S, **kw)
+    assert st.time_s.shape == (2, 2) and st.bound.shape == (2, 2)
+    one = th.step(V4, "ascend-910b2", context=16384, concurrency=960, **kw)
+    assert st.tokens_per_s[1, 1] == pytest.approx(one.tokens_per_s, rel=1e-12)
+    assert st.bound[1, 1] == one.bound
+    t0 = time.perf_counter()
+    for _ in range(20):
+        th.step(V4, "ascend-910b2", context=16384, concurrency=960, **kw)
+    assert (time.perf_counter() - t0) / 20 < 0.005
+    t0 = time.perf_counter()
+    big = th.step(V4, "ascend-910b2", context=np.arange(1, 1001) * 131, concurrency=960, **kw)
+    assert big.time_s.shape == (1000,)
+    assert time.perf_counter() - t0 < 0.05
+
+
+def test_v4_engine_sets_the_kv_bytes():
+    kw = dict(tp=1, dp=8, ep=8, context=65536, concurrency=64, phase="decode")
+    ascend = th.step(V4, "ascend-910b2", **kw)
+    assert ascend.bytes_per_card == th.step(V4, "ascend-910b2", engine="vllm-ascend", **kw).bytes_per_card
+    vllm = th.step(V4, "ascend-910b2", engine="vllm", **kw)   # 584 B FP8 rows instead of 1,024 B BF16
+    assert vllm.bytes_per_card < ascend.bytes_per_card
+    assert vllm.flops_per_card == ascend.flops_per_card
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(tp=3, dp=1), "tp=3 does not divide the 64 attention heads"),
+    (dict(tp=16, dp=1), "tp=16 does not divide the 8 output groups"),
+    (dict(tp=8, dp=1, ep=3), r"ep=3 does not divide the 8 cards \(tp x dp = 8 x 1\)"),
+    (dict(tp=1, dp=512, ep=512), "ep=512 exceeds the 256 routed experts"),
+])
+def test_v4_bad_layouts_say_why(kw, match):
+    args = dict(context=1024, concurrency=8, phase="decode") | kw
+    with pytest.raises(LayoutError, match=match):
+        th.step(V4, "ascend-910b2", **args)
+
+
+def test_engine_names_are_checked():
+    kw = dict(tp=1, dp=1, context=1024, concurrency=8, phase="decode")
+    with pytest.raises(UnknownNameError, match="engine 'sglang'"):
+        th.step(V4, "ascend-910b2", engine="sglang", **kw)
+    with pytest.raises(LayoutError, match="engine must be None or 'reference'"):
+        th.step(V3, "ascend-910b2", engine="vllm", **kw)
+    ref = th.step(V3, "ascend-910b2", engine="reference", **kw)
+    assert ref == th.step(V3, "ascend-910b2", **kw)
+    with pytest.raises(ConfigError, match="indexer"):
+        th.indexer_allreduce_per_layer(V3, "ascend-910b2", context=1024, sequences=1, tp=8)
