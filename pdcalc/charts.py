@@ -226,3 +226,28 @@ def throughput_cards_chart(rows: pd.DataFrame, target: float, title: str):
     return alt.layer(lines, pts, rule, data=rows).properties(width=190, height=240).facet(
         column=alt.Column("phase:N", title=None, sort=["prefill", "decode"])).resolve_scale(
         y="independent").properties(title=title)
+
+
+def plan_chart(rows: pd.DataFrame, marks: pd.DataFrame, title: str):
+    """The planner's candidates: output tokens/s per card against cards used, coloured by the constraint
+    that binds (feasible ones apart); ``marks``: ``cards, tokens_per_s_per_card, label`` drawn as rings."""
+    import altair as alt
+
+    rows = rows.assign(status=rows["binding"].where(~rows["feasible"], "feasible"),
+                       tpc=rows["tokens_per_s_per_card"].round(1))
+    # one point per (cards, tokens/s per card, status): splits that differ only in the P side overlap
+    rows = rows.sort_values("ttft_s").drop_duplicates(["cards", "tpc", "status"])[
+        ["p_instances", "p_size", "d_instances", "d_size", "cards", "status", "tokens_per_s_per_card", "ttft_s", "tpot_s"]]
+    pts = alt.Chart(rows).mark_circle(size=28, opacity=0.6).encode(
+        x=alt.X("cards:Q", title="cards used"),
+        y=alt.Y("tokens_per_s_per_card:Q", title="output tokens/s per card"),
+        color=alt.Color("status:N", title=None, legend=_BOTTOM),
+        tooltip=["p_instances", "p_size", "d_instances", "d_size", "cards", "status",
+                 alt.Tooltip("tokens_per_s_per_card:Q", format=",.0f"), alt.Tooltip("ttft_s:Q", format=".2f"),
+                 alt.Tooltip("tpot_s:Q", format=".4f")],
+    )
+    ring = alt.Chart(marks).mark_point(size=260, shape="circle", filled=False, color="black", strokeWidth=2).encode(
+        x="cards:Q", y="tokens_per_s_per_card:Q", tooltip=["label"])
+    text = alt.Chart(marks).mark_text(dx=12, dy=-12, align="left").encode(
+        x="cards:Q", y="tokens_per_s_per_card:Q", text="label:N")
+    return (pts + ring + text).properties(width=380, height=280, title=title)
