@@ -238,16 +238,20 @@ def plan_chart(rows: pd.DataFrame, marks: pd.DataFrame, title: str):
     # one point per (cards, tokens/s per card, status): splits that differ only in the P side overlap
     rows = rows.sort_values("ttft_s").drop_duplicates(["cards", "tpc", "status"])[
         ["p_instances", "p_size", "d_instances", "d_size", "cards", "status", "tokens_per_s_per_card", "ttft_s", "tpot_s"]]
+    rows = rows.assign(feasible_first=(rows["status"] == "feasible").astype(int))
     pts = alt.Chart(rows).mark_circle(size=28, opacity=0.6).encode(
         x=alt.X("cards:Q", title="cards used"),
         y=alt.Y("tokens_per_s_per_card:Q", title="output tokens/s per card"),
-        color=alt.Color("status:N", title=None, legend=_BOTTOM),
+        color=alt.Color("status:N", title=None, legend=_BOTTOM, scale=alt.Scale(
+            domain=["feasible", "P memory", "D memory", "KV capacity", "prefill load", "TTFT", "TPOT"],
+            range=["#1b7837", "#fdae61", "#abd9e9", "#f46d43", "#c2a5cf", "#74add1", "#878787"])),
+        order=alt.Order("feasible_first:Q"),
         tooltip=["p_instances", "p_size", "d_instances", "d_size", "cards", "status",
                  alt.Tooltip("tokens_per_s_per_card:Q", format=",.0f"), alt.Tooltip("ttft_s:Q", format=".2f"),
                  alt.Tooltip("tpot_s:Q", format=".4f")],
     )
     ring = alt.Chart(marks).mark_point(size=260, shape="circle", filled=False, color="black", strokeWidth=2).encode(
         x="cards:Q", y="tokens_per_s_per_card:Q", tooltip=["label"])
-    text = alt.Chart(marks).mark_text(dx=12, dy=-12, align="left").encode(
+    text = alt.Chart(marks).mark_text(dx=-12, dy=-14, align="right").encode(
         x="cards:Q", y="tokens_per_s_per_card:Q", text="label:N")
     return (pts + ring + text).properties(width=380, height=280, title=title)
