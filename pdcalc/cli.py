@@ -1,6 +1,7 @@
-"""Command line: ``pdcalc params | claims | list``. JSON output is a stable contract.
+"""Command line: ``pdcalc params | claims | list | rerun``. JSON output is a stable contract.
 
-User errors (unknown names, bad files, impossible layouts) exit with status 2 and one line on stderr.
+User errors (unknown names, bad files, impossible layouts) exit with status 2 and one line on stderr;
+``rerun`` exits with status 1 when a cell of the re-run chapter raises.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from pdcalc.errors import PdcalcError
 
@@ -144,6 +146,27 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_rerun(args) -> int:
+    from pdcalc.rerun import ChapterFailed, ParameterError, chapter_parameters, parse_value, rerun
+
+    declared = chapter_parameters(args.chapter)
+    params: dict = {}
+    for name, text in args.parameter or []:
+        if name in params:
+            raise ParameterError(f"parameter {name!r} given twice")
+        params[name] = parse_value(text, declared[name].type if name in declared else None)
+    try:
+        result = rerun(args.chapter, params, outdir=args.outdir, html=args.html)
+    except ChapterFailed as exc:
+        print(f"pdcalc: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    for path, note in ((result.notebook_path, f" ({result.seconds:.1f} s)"), (result.html_path, "")):
+        if path is not None:
+            shown = path.relative_to(Path.cwd().resolve()) if path.is_relative_to(Path.cwd().resolve()) else path
+            print(f"wrote {shown}{note}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pdcalc", description="DeepSeek MoE deployment arithmetic, recomputed.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -183,6 +206,17 @@ def build_parser() -> argparse.ArgumentParser:
     sl = sub.add_parser("list", help="model presets, card presets and quantization schemes")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=cmd_list)
+
+    sr = sub.add_parser("rerun", help="execute a copy of a book chapter with other parameter values",
+                        description="Execute a copy of a book chapter with other parameter values (papermill); "
+                                    "parameters are checked before anything runs.")
+    sr.add_argument("chapter", help="chapter name (per_card, kv_memory, ...) or path to a notebook")
+    sr.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="a new value (YAML: 16, 0.85, true, null, [4, 8]); repeatable")
+    sr.add_argument("-o", "--outdir", default="pdcalc-runs",
+                    help="output folder, never inside book/ (default: pdcalc-runs)")
+    sr.add_argument("--html", action="store_true", help="also write a standalone HTML page (charts work offline)")
+    sr.set_defaults(func=cmd_rerun)
     return p
 
 

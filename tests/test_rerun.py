@@ -1,0 +1,293 @@
+"""pdcalc.rerun and ``pdcalc rerun``: chapters re-executed with other parameters, outside ``book/``.
+
+Two real executions of ``per_card`` are shared by the tests of this module: one with the defaults
+(through the Python API) and one with another card and decode EP group (through the command line,
+with ``--html``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from pdcalc import rerun as rr
+from pdcalc.errors import PdcalcError, UnknownNameError
+
+pytest.importorskip("papermill")
+
+REPO = Path(__file__).resolve().parent.parent
+CHAPTER = REPO / "book" / "per_card.ipynb"
+ALTAIR_ID = re.compile(r"altair-viz-[0-9a-f]+")
+NEW = {"card": "ascend-910b4-32g", "d_ep": 16}
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pdcalc.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def snapshot(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+@pytest.fixture(scope="module")
+def before() -> tuple[bytes, int]:
+    """The committed chapter as it was before this module's runs."""
+    return snapshot(CHAPTER)
+
+
+@pytest.fixture(scope="module")
+def default_run(before, tmp_path_factory) -> rr.RunResult:
+    return rr.rerun("per_card", {}, outdir=tmp_path_factory.mktemp("default"))
+
+
+@pytest.fixture(scope="module")
+def changed_run(before, tmp_path_factory) -> Path:
+    """``pdcalc rerun per_card -p card ascend-910b4-32g -p d_ep 16 --html`` in an empty folder."""
+    cwd = tmp_path_factory.mktemp("changed")
+    args = ["rerun", "per_card", "--html"]
+    for name, value in NEW.items():
+        args += ["-p", name, str(value)]
+    out = cli(*args, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    assert "wrote" in out.stdout
+    return cwd / "pdcalc-runs"
+
+
+def code_outputs(nb) -> list[list[dict]]:
+    """Per code cell (injected parameters excluded): each output's data, chart ids made neutral."""
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "injected-parameters" in cell.metadata.get("tags", []):
+            continue
+        outs = []
+        for o in cell.outputs:
+            data = {k: ALTAIR_ID.sub("altair-viz-ID", v if isinstance(v, str) else json.dumps(v))
+                    for k, v in o.get("data", {}).items()}
+            outs.append({"type": o.output_type, "data": data, "text": o.get("text")})
+        cells.append(outs)
+    return cells
+
+
+def glued(nb) -> dict:
+    """Values recorded with ``myst_nb.glue`` (papermill records), by name."""
+    out = {}
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                out[name] = ast.literal_eval(o["data"]["application/papermill.record/text/plain"])
+    return out
+
+
+def table_rows(nb, marker: str) -> dict[str, list[float]]:
+    """The ``text/plain`` table of the cell whose source holds ``marker``: row label -> numbers."""
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and marker in c.source]
+    text = cell.outputs[-1]["data"]["text/plain"]
+    rows = {}
+    for line in text.splitlines()[2:]:
+        label, *numbers = re.split(r"\s{2,}", line.strip())
+        rows[label] = [float(x) for x in numbers]
+    return rows
+
+
+def chart_html(nb) -> str:
+    (html,) = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code"
+               for o in c.outputs if "vegaEmbed" in o.get("data", {}).get("text/html", "")]
+    return html
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters
+# ---------------------------------------------------------------------------------------------
+def test_chapter_parameters_read_from_the_parameters_cell():
+    params = rr.chapter_parameters("per_card")
+    assert params["d_ep"] == (32, int, "cards per decode EP group")
+    assert params["utilization"].type is float and params["mtp"].type is bool
+    assert list(params)[:2] == ["model", "article_model"]
+    assert rr.chapter_parameters(CHAPTER) == params          # a path works too
+    assert rr.chapter_parameters("kv_memory")["block_size"].default is None
+
+
+def test_every_toc_chapter_is_known_and_its_defaults_validate():
+    known = rr.chapters()
+    assert {"architecture", "per_card", "kv_memory", "transfer", "pd_split"} <= set(known)
+    for name in known:
+        assert rr.validate(name, {}) == {}
+
+
+@pytest.mark.parametrize("text,expected,value", [
+    ("16", int, 16), ("0.85", float, 0.85), ("1", float, 1), ("1e3", float, 1000.0), ("true", bool, True),
+    ("False", bool, False), ("None", type(None), None), ("null", type(None), None), ("[4, 16]", list, [4, 16]),
+    ("4,16", list, [4, 16]), ("123", str, "123"), ("ascend-910b4-32g", str, "ascend-910b4-32g"),
+    ("{p_act: 5, p_fw: 3}", type(None), {"p_act": 5, "p_fw": 3}), ("eight", int, "eight"),
+])
+def test_command_line_values_parse_like_papermill(text, expected, value):
+    assert rr.parse_value(text, expected) == value
+
+
+def test_validate_converts_and_resolves(tmp_path, monkeypatch):
+    assert rr.validate("per_card", {"utilization": 1}) == {"utilization": 1.0}
+    assert rr.validate("kv_memory", {"engine": "vllm", "block_size": 256}) == {"engine": "vllm", "block_size": 256}
+    from importlib import resources
+
+    config = tmp_path / "config.json"
+    config.write_text(resources.files("pdcalc").joinpath("data", "models", "deepseek_v4_flash_config.json").read_text())
+    monkeypatch.chdir(tmp_path)
+    # a relative path is made absolute: the chapter runs in book/
+    assert rr.validate("per_card", {"model": "config.json"}) == {"model": str(config)}
+    with pytest.raises(rr.ParameterError, match="'model': .*no such file"):
+        rr.validate("per_card", {"model": "missing/config.json"})
+
+
+@pytest.mark.parametrize("chapter,params,error,message", [
+    ("per_card", {"dep": 16}, rr.ParameterError,
+     "unknown parameter 'dep' for chapter per_card; its parameters: model, article_model, quant, card,"),
+    ("per_card", {"p_ep": "eight"}, rr.ParameterError, "parameter 'p_ep': must be an integer like its default 8"),
+    ("per_card", {"utilization": 1.5}, rr.ParameterError, "parameter 'utilization': must lie in (0, 1], got 1.5"),
+    ("per_card", {"d_ep": 1000}, rr.ParameterError,
+     "parameter 'd_ep': 1000 cards for deepseek-v4-flash: cannot spread 256 experts (+0 redundant) over 1000 cards"),
+    ("per_card", {"card": "tpu-v5"}, rr.ParameterError,
+     "parameter 'card': unknown card 'tpu-v5'; known: ascend-910b2, ascend-910b3, ascend-910b4"),
+    ("per_card", {"mtp": "yes"}, rr.ParameterError, "parameter 'mtp': must be true or false"),
+    ("per_card", {"tp_alt": 0}, rr.ParameterError, "parameter 'tp_alt': must be a positive integer, got 0"),
+    ("per_card", {"model": "deepseek-v4-flash-article"}, rr.ParameterError, "is an article's architecture"),
+    ("per_card", {"quant": "int3"}, rr.ParameterError, "unknown quantization scheme 'int3'; known: article-1byte"),
+    ("architecture", {"model": "deepseek-v3"}, rr.ParameterError, "this chapter takes a deepseek_v4 model"),
+    ("kv_memory", {"engine": "reference", "block_size": 64}, rr.ParameterError,
+     "parameter 'block_size': 64 with engine 'reference': the reference implementation does not page"),
+    ("kv_memory", {"engine": "sglang"}, rr.ParameterError, "unknown engine 'sglang'; known: reference, vllm"),
+    ("kv_memory", {"overhead_gb": {"p_act": 1}}, rr.ParameterError, "exactly the keys p_act, p_fw, d_act, d_fw"),
+    ("kv_memory", {"max_model_len": -5}, rr.ParameterError, "'max_model_len': must be a positive integer"),
+    ("pd_split", {"d_sizes": [16, 512]}, rr.ParameterError, "512 cards for deepseek-v4-flash: cannot spread"),
+    ("pd_split", {"d_sizes": [16, "x"]}, rr.ParameterError, "every item must be an integer"),
+    ("transfer", {"measurement": "nope"}, rr.ParameterError, "unknown transfer measurement 'nope'"),
+    ("transfer", {"bandwidth_gb_s": 0}, rr.ParameterError, "'bandwidth_gb_s': must be a positive number"),
+    ("transfer", {"mfu": 0}, rr.ParameterError, "'mfu': must lie in (0, 1]"),
+    ("no_such_chapter", {}, UnknownNameError, "unknown chapter 'no_such_chapter'; known: architecture, kv_memory"),
+])
+def test_bad_parameters_are_rejected_before_anything_runs(chapter, params, error, message, tmp_path):
+    out = tmp_path / "runs"
+    with pytest.raises(error) as info:
+        rr.rerun(chapter, params, outdir=out, html=True)
+    assert message in str(info.value)
+    assert isinstance(info.value, PdcalcError)
+    assert "\n" not in str(info.value)
+    assert not out.exists()
+
+
+def test_outdir_inside_book_is_refused(tmp_path):
+    for outdir in (REPO / "book", REPO / "book" / "runs"):
+        with pytest.raises(rr.RerunError, match="inside the book's chapters"):
+            rr.rerun("per_card", {}, outdir=outdir)
+        assert not (REPO / "book" / "runs").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# executions
+# ---------------------------------------------------------------------------------------------
+def test_defaults_reproduce_the_committed_outputs(default_run):
+    assert default_run.notebook_path.name == "per_card.ipynb" and default_run.html_path is None
+    assert default_run.seconds > 0
+    committed = nbformat.read(CHAPTER, as_version=4)
+    rerun_nb = nbformat.read(default_run.notebook_path, as_version=4)
+    expected, got = code_outputs(committed), code_outputs(rerun_nb)
+    assert len(got) == len(expected)
+    assert sum(len(c) for c in expected) > 30  # tables, glued values, the chart
+    assert any("vegaEmbed" in o["data"].get("text/html", "") for c in got for o in c)
+    for index, (want, have) in enumerate(zip(expected, got)):
+        assert have == want, f"code cell {index} differs from the committed chapter"
+
+
+def test_new_card_and_decode_ep_change_the_tables_and_the_chart(changed_run):
+    from pdcalc.memory import budget, card_weights
+    from pdcalc.parallel import place_experts
+
+    committed = nbformat.read(CHAPTER, as_version=4)
+    nb = nbformat.read(changed_run / "per_card.ipynb", as_version=4)
+    (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert 'card = "ascend-910b4-32g"' in injected.source and "d_ep = 16" in injected.source
+
+    old, new = table_rows(committed, 'table.loc["usable memory"]'), table_rows(nb, 'table.loc["usable memory"]')
+    assert new["routed_experts"][0] == old["routed_experts"][0]            # P column: same EP8 on P
+    assert new["routed_experts"][1] == pytest.approx(2 * old["routed_experts"][1], abs=2e-3)  # D: 16 not 8 experts
+    assert new["total"][1] > old["total"][1]
+    assert new["usable memory"][0] < old["usable memory"][0]               # a 32 GB card
+    d_weights = card_weights("deepseek-v4-flash", "w8a8", ep=16, mtp=True)
+    usable = budget("ascend-910b4-32g", d_weights.total_bytes, utilization=0.9).usable_bytes
+    assert new["usable memory"][1] == pytest.approx(usable / 1e9, abs=1e-3)
+    assert new["total"][1] == pytest.approx(d_weights.total_bytes / 1e9, abs=1e-3)
+
+    g_old, g_new = glued(committed), glued(nb)
+    assert g_new["d_experts"] == place_experts(256, 16).max_experts_per_card == 16 and g_old["d_experts"] == 8
+    assert g_new["usable_gib"] == pytest.approx(usable / 2**30)
+    assert g_new["p_experts"] == g_old["p_experts"]
+
+    chart_old, chart_new = chart_html(committed), chart_html(nb)
+    assert '{"ep": 32, "label": "D"}' in chart_old and '{"ep": 16, "label": "D"}' in chart_new
+    rule = re.compile(r'\{"y": ([0-9.]+), "label": "usable memory"\}')
+    assert float(rule.search(chart_new).group(1)) == pytest.approx(usable / 2**30)
+    assert float(rule.search(chart_new).group(1)) < float(rule.search(chart_old).group(1))
+
+
+def test_html_page_is_standalone_and_offline(changed_run):
+    page = (changed_run / "per_card.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    # the chart: its spec with the run's data, and Altair's loader
+    assert "https://vega.github.io/schema/vega-lite/" in page and '{"ep": 16, "label": "D"}' in page
+    assert "vegaEmbed(outputDiv, spec, embedOpt)" in page
+    # the libraries inline, announced to Altair's loader so that it loads nothing
+    assert "window.VEGA_DEBUG = Object.assign(" in page and '"vegalite_version": "' in page
+    assert len(page) > 500_000
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
+    assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']?https?:", page, re.I)
+    assert "cdn.jsdelivr" not in page
+    # the prose numbers are the run's own, and the parameters of the run are shown
+    assert "card = &#x27;ascend-910b4-32g&#x27;" in page
+    assert "{glue:text}" not in page
+
+
+def test_committed_chapter_is_unchanged(before, default_run, changed_run):
+    assert snapshot(CHAPTER) == before
+
+
+def test_failing_cell_is_one_line_exit_1_and_the_copy_is_kept(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("limit = 1  # how far to go")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("x = 2 * limit"),
+                nbformat.v4.new_code_cell("if x > 2:\n    raise ValueError(f'x is {x}')")]
+    src = tmp_path / "chapter.ipynb"
+    nbformat.write(nb, src)
+    before_bytes = src.read_bytes()
+    out = cli("rerun", str(src), "-p", "limit", "5", "-o", str(tmp_path / "out"))
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr
+    assert "chapter: cell In [4] (if x > 2:) raised ValueError: x is 10" in lines[0]
+    kept = tmp_path / "out" / "chapter.ipynb"
+    assert kept.exists() and str(kept) in lines[0]
+    assert src.read_bytes() == before_bytes
+
+
+@pytest.mark.parametrize("args,message", [
+    (("-p", "p_ep", "eight"), "parameter 'p_ep': must be an integer like its default 8, got 'eight'"),
+    (("-p", "utilization", "1.5"), "parameter 'utilization': must lie in (0, 1], got 1.5"),
+    (("-p", "nope", "1"), "unknown parameter 'nope' for chapter per_card"),
+    (("-p", "d_ep", "8", "-p", "d_ep", "16"), "parameter 'd_ep' given twice"),
+    (("-o", str(REPO / "book" / "runs")), "inside the book's chapters"),
+])
+def test_cli_bad_parameters_exit_2_with_one_line(args, message, tmp_path):
+    out = cli("rerun", "per_card", *args, cwd=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pdcalc: error: ")
+    assert message in out.stderr
+    assert not (tmp_path / "pdcalc-runs").exists() and not (REPO / "book" / "runs").exists()
