@@ -1,4 +1,5 @@
-"""Command line: ``pdcalc params | claims | list | rerun``. JSON output is a stable contract.
+"""Command line: ``pdcalc params | claims | memory | kv | throughput | plan | list | rerun``. JSON output
+is a stable contract.
 
 User errors (unknown names, bad files, impossible layouts) exit with status 2 and one line on stderr;
 ``rerun`` exits with status 1 when a cell of the re-run chapter raises.
@@ -126,6 +127,71 @@ def cmd_kv(args) -> int:
     return 0
 
 
+def cmd_throughput(args) -> int:
+    from pdcalc import throughput as tput
+
+    out = {"model": str(args.model), "card": str(args.card), "quant": args.quant, "tp": args.tp, "dp": args.dp,
+           "ep": args.ep, "context": args.context, "concurrency": args.concurrency,
+           "efficiencies": {"mfu": args.mfu, "mbu": args.mbu, "comm_eff": args.comm_eff, "overlap": args.overlap},
+           "phases": {}}
+    for phase in ("prefill", "decode"):
+        st = tput.step(args.model, args.card, tp=args.tp, dp=args.dp, ep=args.ep, context=args.context,
+                       concurrency=args.concurrency, phase=phase, quant=args.quant, mfu=args.mfu, mbu=args.mbu,
+                       comm_eff=args.comm_eff, overlap=args.overlap)
+        out["phases"][phase] = {
+            "step_s": float(st.time_s), "tokens_per_s": float(st.tokens_per_s),
+            "tokens_per_s_per_card": float(st.tokens_per_s_per_card), "bound": str(st.bound),
+            "compute_s": float(st.compute_s), "memory_s": float(st.memory_s), "comm_s": float(st.comm_s),
+            "stored_bytes_per_card": float(st.stored_bytes_per_card), "fits": bool(st.fits)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{out['model']} on {args.tp * args.dp} x {out['card']} (TP{args.tp} x DP{args.dp}"
+          f"{f', EP{args.ep}' if args.ep else ''}), {args.quant}, context {args.context}, "
+          f"concurrency {args.concurrency}")
+    for phase, r in out["phases"].items():
+        what = "prompts" if phase == "prefill" else "sequences, one token each"
+        print(f"  {phase:<8} step {r['step_s'] * 1e3:9.2f} ms  {r['tokens_per_s']:>12,.0f} tokens/s "
+              f"({r['tokens_per_s_per_card']:,.0f} per card)  bound: {r['bound']}  [{what}]")
+    stored = out["phases"]["decode"]["stored_bytes_per_card"] / 2**30
+    print(f"  weights + KV per card {stored:.2f} GiB: {'fits' if out['phases']['decode']['fits'] else 'does not fit'} "
+          f"in the memory the card exposes")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from pdcalc.plan import Setup, Workload, plan
+
+    setup = Setup(model=args.model, quant=args.quant, card=args.card, cards=args.cards, mtp=args.mtp,
+                  engine=args.engine, utilization=args.utilization,
+                  bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tuple(args.tp))
+    work = Workload(prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
+                    concurrency=args.concurrency, ttft_s=args.ttft_ms and args.ttft_ms / 1e3,
+                    tpot_s=args.tpot_ms and args.tpot_ms / 1e3)
+    p = plan(setup, work)
+    keys = ["p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp", "cards", "concurrency",
+            "kv_capacity_seqs", "prefill_load", "ttft_s", "tpot_s", "output_tokens_per_s", "tokens_per_s_per_card",
+            "binding"]
+    rows = [{k: _jsonable(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in p.ranked[keys].head(args.top).to_dict("records")]
+    out = {"model": str(args.model), "card": str(args.card), "cards": args.cards, "candidates": len(p.candidates),
+           "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{out['model']} on {args.cards} x {out['card']}: {out['candidates']:,} splits evaluated, "
+          f"{out['feasible']:,} feasible")
+    if p.reason:
+        print(f"  {p.reason}")
+        return 0
+    print(f"  {'P':>9} {'D':>9} {'cards':>5} {'TTFT ms':>9} {'TPOT ms':>8} {'tok/s':>10} {'tok/s/card':>10}  binds")
+    for r in rows:
+        print(f"  {r['p_instances']:>3} x {r['p_size']:<3}{r['d_instances']:>3} x {r['d_size']:<3}{r['cards']:>5} "
+              f"{r['ttft_s'] * 1e3:>9.1f} {r['tpot_s'] * 1e3:>8.2f} {r['output_tokens_per_s']:>10,.0f} "
+              f"{r['tokens_per_s_per_card']:>10,.1f}  {r['binding']}")
+    return 0
+
+
 def cmd_list(args) -> int:
     from pdcalc.hardware import card_names, get_card
     from pdcalc.inventory import MODEL_NAMES, get_inventory
@@ -202,6 +268,43 @@ def build_parser() -> argparse.ArgumentParser:
     sk.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="count the MTP layer's cache")
     sk.add_argument("--json", action="store_true")
     sk.set_defaults(func=cmd_kv)
+
+    st = sub.add_parser("throughput", help="prefill and decode step time and tokens/s of a TP x DP (x EP) layout")
+    st.add_argument("model")
+    st.add_argument("--card", required=True)
+    st.add_argument("--tp", type=int, required=True)
+    st.add_argument("--dp", type=int, required=True)
+    st.add_argument("--ep", type=int, default=None, help="EP group in cards (default: no expert parallelism)")
+    st.add_argument("--context", type=int, required=True, help="prompt length (prefill) and KV length (decode)")
+    st.add_argument("--concurrency", type=int, required=True, help="prompts (prefill) and sequences (decode) per step")
+    st.add_argument("--quant", default="w8a8")
+    st.add_argument("--mfu", type=float, default=0.5, help="share of peak FLOP/s reached (assumption)")
+    st.add_argument("--mbu", type=float, default=0.7, help="share of HBM bandwidth reached (assumption)")
+    st.add_argument("--comm-eff", type=float, default=0.7, help="share of link bandwidth reached (assumption)")
+    st.add_argument("--overlap", action="store_true", help="communication hidden under compute")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_throughput)
+
+    spl = sub.add_parser("plan", help="rank every P/D split of a cluster for a workload")
+    spl.add_argument("--model", default="deepseek-v4-flash")
+    spl.add_argument("--card", required=True)
+    spl.add_argument("--cards", type=int, required=True, help="cluster size")
+    spl.add_argument("--prompt", type=int, required=True, help="prompt tokens per request")
+    spl.add_argument("--output", type=int, required=True, help="output tokens per request")
+    load = spl.add_mutually_exclusive_group(required=True)
+    load.add_argument("--rate", type=float, help="requests per second")
+    load.add_argument("--concurrency", type=int, help="sequences decoding at once")
+    spl.add_argument("--ttft-ms", type=float, default=None, help="target time to first token")
+    spl.add_argument("--tpot-ms", type=float, default=None, help="target time per output token")
+    spl.add_argument("--quant", default="w8a8")
+    spl.add_argument("--engine", default="vllm-ascend", help="KV layout: reference, vllm or vllm-ascend")
+    spl.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="MTP module loaded")
+    spl.add_argument("--utilization", type=float, default=0.9, help="gpu-memory-utilization")
+    spl.add_argument("--bandwidth-gb-s", type=float, default=18.0, help="P -> D bandwidth per request, GB/s")
+    spl.add_argument("--tp", type=int, nargs="+", default=[1], help="TP degrees to try")
+    spl.add_argument("--top", type=int, default=10, help="how many ranked plans to print")
+    spl.add_argument("--json", action="store_true")
+    spl.set_defaults(func=cmd_plan)
 
     sl = sub.add_parser("list", help="model presets, card presets and quantization schemes")
     sl.add_argument("--json", action="store_true")

@@ -107,3 +107,42 @@ def test_kv_v3_equals_published_mla_size():
 def test_kv_errors(args, message):
     out = run("kv", "deepseek-v4-flash", *args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_throughput_json_matches_the_step_model():
+    from pdcalc import throughput as tput
+
+    out = run("throughput", "deepseek-v3", "--card", "ascend-910b2", "--tp", "8", "--dp", "4", "--ep", "32",
+              "--context", "2048", "--concurrency", "80", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    for phase in ("prefill", "decode"):
+        st = tput.step("deepseek-v3", "ascend-910b2", tp=8, dp=4, ep=32, context=2048, concurrency=80, phase=phase)
+        assert data["phases"][phase]["step_s"] == pytest.approx(float(st.time_s), rel=1e-12)
+        assert data["phases"][phase]["bound"] == str(st.bound)
+        assert data["phases"][phase]["tokens_per_s"] == pytest.approx(float(st.tokens_per_s), rel=1e-12)
+
+
+def test_plan_json_ranks_and_nothing_fits_is_a_result():
+    args = ("plan", "--card", "ascend-910b2", "--prompt", "4096", "--output", "1024", "--concurrency", "256", "--json")
+    out = run(*args, "--cards", "32")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["result"] == "fits" and data["feasible"] >= len(data["ranked"]) > 0
+    tpc = [r["tokens_per_s_per_card"] for r in data["ranked"]]
+    assert tpc == sorted(tpc, reverse=True)
+    assert all(r["cards"] <= 32 for r in data["ranked"])
+    small = json.loads(run(*args, "--cards", "4").stdout)
+    assert small["feasible"] == 0 and small["result"].startswith("nothing fits") and "short by" in small["result"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (("throughput", "deepseek-v3", "--card", "h800", "--tp", "3", "--dp", "1", "--context", "10", "--concurrency", "1"),
+     "tp=3 does not divide the 128 attention heads"),
+    (("plan", "--card", "nope", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1"), "unknown card 'nope'"),
+    (("plan", "--card", "h800", "--cards", "8", "--prompt", "0", "--output", "10", "--rate", "1"), "prompt_tokens"),
+])
+def test_throughput_and_plan_errors_are_one_line(args, message):
+    out = run(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
