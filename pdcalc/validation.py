@@ -1,0 +1,730 @@
+"""How close to reality: pdcalc's predictions beside published measurements.
+
+For every entry of the measurements registry (:mod:`pdcalc.measurements`) that pdcalc can predict,
+:func:`predictions` computes the prediction under the entry's stated conditions; :func:`table` puts it
+beside the measured value (both in SI units: bytes, tokens, tokens/s, bytes/s, seconds) with the ratio
+predicted / measured, the pdcalc function used and the assumptions made where the source leaves a
+condition open. Every other entry is listed by :func:`not_predicted` with the reason, so that no
+measurement drops out silently (:func:`coverage`).
+
+Quantities and the functions that predict them:
+
+- weight memory per card: :func:`pdcalc.memory.card_weights`; one pipeline stage:
+  :func:`stage_weights`;
+- KV-cache memory per card: :func:`pdcalc.memory.budget`,
+
+  .. math:: M_\\text{KV} = u\\,M_\\text{visible} - W - A - F
+
+  with ``W`` from pdcalc and the activation peak ``A`` and non-torch memory ``F`` taken from the same
+  log line (pdcalc does not predict them); :func:`kv_budget_table` also shows the overhead the
+  measurement implies, ``u M - W - M_KV``;
+- KV-cache bytes and capacity: :func:`pdcalc.kv_cache.kv_bytes` in the engine's layout, tokens =
+  memory / bytes per token;
+- throughput: :func:`pdcalc.throughput.compare_published`;
+- KV transfer: :func:`pdcalc.transfer.fit_link`, :meth:`pdcalc.transfer.Link.seconds`.
+
+Where a condition is open (a layout, whether the MTP draft is loaded) every candidate consistent with
+the source is computed: ``predicted`` is the candidate closest to the measurement, ``low`` and
+``high`` the range over all of them (:func:`weight_candidates` lists them). Every prediction carries a
+tolerance :class:`Band`: a claim about how close the model comes, and why it is that wide.
+
+Source: the registry entries' own ``quote``, ``source`` and conditions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import pandas as pd
+
+from pdcalc import measurements as reg
+from pdcalc import throughput, transfer
+from pdcalc.errors import LayoutError, UnknownNameError
+from pdcalc.hardware import get_card
+from pdcalc.inventory import get_inventory
+from pdcalc.kv_cache import kv_bytes
+from pdcalc.memory import budget, card_weights
+from pdcalc.parallel import place_experts
+from pdcalc.quant import Rule, Scheme, get_scheme
+from pdcalc.units import GiB
+
+#: SI unit of each quantity in the tables (``ms`` values of the registry are converted to seconds).
+SI_UNITS: dict[str, str] = {
+    "weight_memory_per_card": "B", "kv_cache_memory_per_card": "B", "kv_cache_tokens_per_card": "tokens",
+    "max_concurrency": "x", "kv_transfer_bandwidth": "B/s", "kv_transfer_time": "s",
+    "prefill_throughput": "tokens/s", "decode_throughput": "tokens/s", "tpot": "s", "ttft": "s",
+}
+
+#: Short names of the quantities (chart legend).
+GROUPS: dict[str, str] = {
+    "weight_memory_per_card": "weights", "kv_cache_memory_per_card": "KV cache",
+    "kv_cache_tokens_per_card": "KV cache", "max_concurrency": "KV cache",
+    "prefill_throughput": "throughput", "decode_throughput": "throughput",
+    "kv_transfer_bandwidth": "KV transfer", "kv_transfer_time": "KV transfer", "tpot": "latency", "ttft": "latency",
+}
+
+#: Registry model names that a pdcalc preset describes (DeepSeek-R1 shares DeepSeek-V3's architecture).
+MODEL_PRESETS: dict[str, str] = {
+    "DeepSeek-V3": "deepseek-v3", "DeepSeek-R1": "deepseek-v3", "DeepSeek-R1-0528": "deepseek-v3",
+    "DeepSeek-V3/R1": "deepseek-v3", "DeepSeek-V4-Flash": "deepseek-v4-flash",
+}
+
+
+def measured_si(m: reg.Measurement) -> float:
+    """The registry value in the unit of :data:`SI_UNITS` (``value_si``; milliseconds become seconds)."""
+    return m.value_si * 1e-3 if m.unit == "ms" else m.value_si
+
+
+# ------------------------------------------------------------------------------------------ bands
+@dataclass(frozen=True)
+class Band:
+    """Tolerance of one check: predicted / measured must lie in ``[low, high]``."""
+
+    low: float
+    high: float
+    why: str            # the claim, and why the band is this wide
+
+    def __post_init__(self):
+        if not 0 < self.low <= 1 <= self.high:
+            raise LayoutError(f"a band must contain 1, got [{self.low}, {self.high}]")
+
+    def contains(self, ratio: float) -> bool:
+        return self.low <= ratio <= self.high
+
+
+#: The bands, by kind of check. Each is a claim about pdcalc, not a fit to the numbers.
+BANDS: dict[str, Band] = {
+    "weights-stated": Band(0.98, 1.02, (
+        "Checkpoint and layout stated exactly: the tensor inventory times the scheme gives the bytes, and "
+        "what the engine holds beyond it (quantization side tensors, padding, the MTP draft if loaded) is a "
+        "few hundred MiB of ~44 GiB; every open candidate (MTP on or off) must be within 2 %.")),
+    "weights-layout-open": Band(0.95, 1.05, (
+        "The layout is stated for the thread, not for the comment that printed the number: the nearest "
+        "consistent layout must be within 5 %, and the measurement must lie inside the range of consistent "
+        "layouts (moving a pipeline-stage boundary moves one MoE layer, ~1.3 GiB of ~40 GiB).")),
+    "weights-scheme-open": Band(0.85, 1.02, (
+        "The checkpoint's per-tensor dtypes are not published: pdcalc's w8a8 scheme quantizes every linear "
+        "layer, so it is a lower bound for a W8A8 checkpoint that keeps some tensors in BF16 (ratio <= 1.02); "
+        "the floor at 0.85 holds the gap found (12.5 %) and flags a further drift.")),
+    "kv-bytes": Band(0.95, 1.05, (
+        "An MLA cache row is exact (576 values per layer per token), so tokens = memory / bytes per token "
+        "leaves only how the engine rounds its pool (whole blocks, a layer for the MTP draft); the summary "
+        "line quoted combines two log lines: 5 %.")),
+    "kv-bytes-unit": Band(0.99, 1.09, (
+        "Bytes per token are exact; the band spans both readings of the printed 'GB' (10**9 B as printed, "
+        "2**30 B as SGLang's memory pool computes it: a factor 1.074) and the 2-decimal rounding of 0.65.")),
+    "throughput": Band(1 / 3, 3.0, (
+        "A roofline with assumed efficiencies (MFU, MBU, link efficiency) and balanced routing, against "
+        "production averages and best-case benchmarks: a factor of 3 either way.")),
+    "transfer-in-sample": Band(0.9, 1.1, (
+        "The link is fitted to the same Mooncake table (relative least squares over 9 prompt lengths): this "
+        "checks the fit's residual at one point, 10 %.")),
+    "transfer-carried": Band(0.5, 2.0, (
+        "An efficiency fitted on one network (vLLM + Mooncake, 8 x 200 Gb/s) carried to another line rate: "
+        "the Mooncake README's own two networks differ 1.8x in efficiency (87 % and 47.5 %), so a factor of 2.")),
+}
+
+
+# ------------------------------------------------------------------------------------------ weights
+#: A what-if scheme: only the routed experts in int8 (per-channel scale and offset), everything else
+#: BF16. Not a published checkpoint layout: tested against vllm-ascend issue #13439.
+W8A8_EXPERTS_ONLY = Scheme(
+    name="w8a8-experts-only",
+    description="what-if: routed experts int8 with per-channel fp32 scale and offset, every other tensor "
+                "BF16 (fp32/int32 where the reference fixes it)",
+    source="hypothesis, not a published quantization description",
+    rules=(Rule(("expert",), "int8", "channel", 2, "fp32"), Rule(None, None, fallback="bf16")),
+)
+
+
+def pp_layers(num_layers: int, pp: int, stage: int, split: str = "vllm") -> tuple[int, int]:
+    """Layers ``[start, end)`` of pipeline stage ``stage`` of ``pp``.
+
+    ``split="vllm"``: vLLM's ``get_pp_indices`` (``vllm/distributed/utils.py``): ``n // pp`` layers each,
+    the remainder one by one to the stages before the last, from the back. ``split="last"``: the
+    remainder to the last stage (earlier vLLM releases).
+
+    .. math:: n_s = \\lfloor n / p \\rfloor + [\\text{stage } s \\text{ takes one of the } n \\bmod p]
+    """
+    for name, v, low in (("num_layers", num_layers, 1), ("pp", pp, 1), ("stage", stage, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise LayoutError(f"{name} must be an integer >= {low}, got {v!r}")
+    if stage >= pp:
+        raise LayoutError(f"stage {stage} does not exist with pp={pp}")
+    parts = [num_layers // pp] * pp
+    rem = num_layers % pp
+    if split == "vllm":
+        for i in range(2, rem + 2):
+            parts[-i] += 1
+    elif split == "last":
+        parts[-1] += rem
+    else:
+        raise LayoutError(f"split must be 'vllm' or 'last', got {split!r}")
+    start = sum(parts[:stage])
+    return start, start + parts[stage]
+
+
+def stage_weights(model, scheme="w8a8", *, ep: int = 1, tp: int = 1, mtp: bool = False, pp: int = 1,
+                  stage: int = 0, split: str = "vllm") -> float:
+    """Weight bytes on one card of pipeline stage ``stage``: its layers sharded as in
+    :func:`pdcalc.memory.card_weights`, the embedding on the first stage, the final norm and the output
+    head on the last.
+
+    With ``pp = 1`` this is ``card_weights(...).total_bytes``. Routed experts split by TP without expert
+    parallelism take the same bytes as ``ep = tp`` whenever each slice holds whole scale blocks (FP8:
+    2048 / 8 = 256 rows, two 128-row blocks).
+
+    .. math:: W_\\text{stage} = \\sum_{t \\in \\text{stage}} \\frac{W_t}{s_t}, \\qquad
+       s_t = t_\\text{TP} \\;(\\text{TP-split}), \\; E / n_\\text{card} \\;(\\text{EP-split}), \\; 1
+
+    Raises :class:`~pdcalc.errors.LayoutError` for MTP with ``pp > 1`` (where the draft sits is not
+    modelled).
+    """
+    if pp == 1:
+        return card_weights(model, scheme, ep=ep, tp=tp, mtp=mtp).total_bytes
+    if mtp:
+        raise LayoutError("the MTP draft with pipeline parallelism is not modelled")
+    inv, sch = get_inventory(model), get_scheme(scheme)
+    start, end = pp_layers(inv.num_hidden_layers, pp, stage, split)
+    n_card = place_experts(inv.n_routed_experts, ep).max_experts_per_card
+    total = 0.0
+    for t in inv.tensors:
+        if t.part != "main":
+            continue
+        if t.layer is None:             # embedding: first stage; final norm and head: last stage
+            if stage != (0 if t.category == "embedding" else pp - 1):
+                continue
+        elif not start <= t.layer < end:
+            continue
+        b = sch.tensor_bytes(t)
+        if t.shard == "ep":
+            b = b / t.count * n_card
+        elif t.shard == "tp":
+            b = b / tp
+        total += b
+    return total
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightCase:
+    """One candidate layout for a weight measurement."""
+
+    label: str
+    scheme: str | Scheme = "w8a8"
+    ep: int = 1                     # EP group (cards); experts TP-split without EP: ep = tp
+    tp: int = 1
+    mtp: bool = False
+    pp: int = 1
+    stage: int = 0
+    split: str = "vllm"
+    consistent: bool = True         # consistent with the source (False: shown for comparison only)
+
+    def bytes(self, model: str, scheme=None) -> float:
+        sch = self.scheme if (scheme is None or isinstance(self.scheme, Scheme)) else scheme
+        return stage_weights(model, sch, ep=self.ep, tp=self.tp, mtp=self.mtp, pp=self.pp, stage=self.stage,
+                             split=self.split)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WeightSpec:
+    model: str
+    band: str
+    cases: tuple[WeightCase, ...]
+    assumptions: str
+
+
+_WEIGHTS: dict[str, _WeightSpec] = {
+    "vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card": _WeightSpec(
+        model="deepseek-v3", band="weights-stated",
+        cases=(WeightCase(label="DP4 x TP4, EP16, MTP draft loaded", scheme="w8a8", ep=16, tp=4, mtp=True),
+               WeightCase(label="DP4 x TP4, EP16, no MTP draft", scheme="w8a8", ep=16, tp=4, mtp=False)),
+        assumptions=("Layout as stated: TP4, EP16 (= DP4 x TP4). Whether the MTP draft was loaded is not "
+                     "stated: both tried.")),
+    "vllm-13074-r1-h20-3e-weights-per-card": _WeightSpec(
+        model="deepseek-v3", band="weights-layout-open",
+        cases=tuple(WeightCase(label=f"TP8 x PP2, stage {s}, remainder layer to the "
+                               f"{'stages before the last' if split == 'vllm' else 'last stage'}",
+                               scheme="fp8", ep=8, tp=8, pp=2, stage=s, split=split)
+                    for split in ("vllm", "last") for s in (0, 1))
+        + (WeightCase(label="TP16, one stage (not the thread's layout)", scheme="fp8", ep=16, tp=16,
+                      consistent=False),),
+        assumptions=("TP8 x PP2 from the issue title; the quoted comment does not state its own layout nor the "
+                     "stage of the printing worker: both stages and both ways to place the 61st layer tried. "
+                     "Experts TP-split without EP (same bytes as EP8). No MTP draft (no speculative "
+                     "decoding in the excerpt).")),
+    "vllm-ascend-13439-v4flash-weights-per-card": _WeightSpec(
+        model="deepseek-v4-flash", band="weights-scheme-open",
+        cases=(WeightCase(label="DP8, EP8, MTP draft loaded", scheme="w8a8", ep=8, mtp=True),
+               WeightCase(label="DP8, EP8, no MTP draft", scheme="w8a8", ep=8, consistent=False),
+               WeightCase(label="DP16, EP16 over both nodes, MTP", scheme="w8a8", ep=16, mtp=True, consistent=False),
+               WeightCase(label="DP8, EP8, MTP; what-if: only routed experts int8", scheme=W8A8_EXPERTS_ONLY,
+                          ep=8, mtp=True, consistent=False)),
+        assumptions=("EP8, TP1 implied, not stated: worker labels carry no TP rank, the same log shows "
+                     "EngineCore_DP7 (DP >= 8) and 'The number of redundant experts is 0', and each instance "
+                     "of the 1P1D pair has one 8-NPU node (kvcache-ai/Mooncake issue #3267: '2 nodes x 8 NPUs "
+                     "each'). MTP on: the checkpoint is w8a8-mtp and the Mooncake issue says 'W8A8, with "
+                     "MTP'. Per-tensor dtypes of the checkpoint not published: pdcalc's w8a8 scheme.")),
+}
+
+
+def weight_candidates(measurement_id: str, scheme: str | None = None) -> pd.DataFrame:
+    """Every candidate layout of a weight measurement, its bytes and ratio to the measurement.
+
+    Columns ``candidate, scheme, ep, tp, pp, stage, mtp, consistent, predicted_bytes, ratio, chosen``;
+    ``consistent`` marks the candidates the source allows, ``chosen`` the one closest to the measurement
+    among them. ``scheme`` overrides the cases' scheme (what-if schemes keep their own).
+    """
+    if measurement_id not in _WEIGHTS:
+        raise UnknownNameError("weight measurement with candidates", measurement_id, _WEIGHTS)
+    spec, m = _WEIGHTS[measurement_id], reg.get(measurement_id)
+    rows = []
+    for c in spec.cases:
+        b = c.bytes(spec.model, scheme)
+        sch = c.scheme if isinstance(c.scheme, Scheme) else get_scheme(scheme or c.scheme)
+        rows.append({"candidate": c.label, "scheme": sch.name, "ep": c.ep, "tp": c.tp, "pp": c.pp, "stage": c.stage,
+                     "mtp": c.mtp, "consistent": c.consistent, "predicted_bytes": b, "ratio": b / measured_si(m)})
+    df = pd.DataFrame(rows)
+    ok = df[df["consistent"]]
+    best = (ok["ratio"].map(math.log).abs()).idxmin()
+    df["chosen"] = df.index == best
+    return df
+
+
+# ------------------------------------------------------------------------------------------ predictions
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """pdcalc's number for one registry entry, in the SI unit of :data:`SI_UNITS`."""
+
+    id: str
+    predicted: float
+    low: float                  # range over the candidates consistent with the source
+    high: float
+    layout: str
+    function: str               # the pdcalc function that computes it
+    assumptions: str            # what is assumed where the source is silent
+    band: Band
+
+
+def _weights(mid: str, scheme) -> Prediction:
+    spec = _WEIGHTS[mid]
+    df = weight_candidates(mid, scheme)
+    ok, best = df[df["consistent"]], df[df["chosen"]].iloc[0]
+    fn = "pdcalc.validation.stage_weights (pipeline stage)" if best["pp"] > 1 else "pdcalc.memory.card_weights"
+    return Prediction(id=mid, predicted=float(best["predicted_bytes"]), low=float(ok["predicted_bytes"].min()),
+                      high=float(ok["predicted_bytes"].max()), layout=best["candidate"], function=fn,
+                      assumptions=f"{spec.assumptions} Scheme {best['scheme']}.", band=BANDS[spec.band])
+
+
+@dataclass(frozen=True, kw_only=True)
+class _BudgetSpec:
+    weights: str                # the weight measurement of the same log line
+    card: str                   # preset, or "h20-3e-as-logged"
+    activation_gib: float       # printed in the same log line
+    non_torch_gib: float
+    logged: tuple[str, ...]     # the text that prints them (in the quotes of the two entries)
+
+
+_BUDGETS: dict[str, _BudgetSpec] = {
+    "vllm-ascend-13439-v4flash-kv-cache-per-card": _BudgetSpec(
+        weights="vllm-ascend-13439-v4flash-weights-per-card", card="ascend-910b2", activation_gib=0.21,
+        non_torch_gib=0.22, logged=("0.21 GiB for peak activation", "0.22 GiB for non-torch memory")),
+    "vllm-13074-r1-h20-3e-kv-cache-per-card": _BudgetSpec(
+        weights="vllm-13074-r1-h20-3e-weights-per-card", card="h20-3e-as-logged", activation_gib=0.24,
+        non_torch_gib=2.53, logged=("non_torch_memory takes 2.53GiB", "activation peak memory takes 0.24GiB")),
+}
+
+#: Visible memory of the H20-3e as its vLLM log prints it (vllm-project/vllm issue #13074, turn 2:
+#: "total_gpu_memory (139.72GiB)"); the h20 preset is the 96 GB part.
+H20_3E_VISIBLE_GIB = 139.72
+
+
+@cache
+def _card(name: str):
+    if name == "h20-3e-as-logged":
+        return dataclasses.replace(
+            get_card("h20"), name=name, label="NVIDIA H20-3e (memory as logged)",
+            hbm_bytes=H20_3E_VISIBLE_GIB * GiB, hbm_visible_bytes=None,
+            source="vllm-project/vllm issue #13074: total_gpu_memory (139.72GiB); other fields from the h20 preset")
+    return get_card(name)
+
+
+def _kv_budget(mid: str, scheme) -> Prediction:
+    spec, m = _BUDGETS[mid], reg.get(mid)
+    w = _weights(spec.weights, scheme)
+    w_meas = measured_si(reg.get(spec.weights))
+    over = dict(activation_bytes=spec.activation_gib * GiB, overhead_bytes=spec.non_torch_gib * GiB)
+    card, u = _card(spec.card), m.gpu_memory_utilization
+
+    def kv(weights: float) -> float:
+        return budget(card, weights, utilization=u, **over).kv_bytes
+
+    wb = BANDS[_WEIGHTS[spec.weights].band]
+    meas = measured_si(m)
+    band = Band(kv(wb.high * w_meas) / meas, kv(wb.low * w_meas) / meas,
+                f"The weight band of the same log ({wb.low:g}-{wb.high:g} x the logged weights) carried through "
+                "M_KV = u M - W - A - F: the KV budget is off by exactly what the weights are off.")
+    return Prediction(id=mid, predicted=kv(w.predicted), low=kv(w.high), high=kv(w.low), layout=w.layout,
+                      function="pdcalc.memory.budget (weights: pdcalc.memory.card_weights)",
+                      assumptions=(f"Weights as predicted for {spec.weights}. Visible memory: {card.label} "
+                                   f"({card.usable_base_bytes / GiB:.2f} GiB), utilization {u:g}. Activation "
+                                   f"{spec.activation_gib:g} GiB and non-torch {spec.non_torch_gib:g} GiB taken "
+                                   "from the same log line."), band=band)
+
+
+def _ktransformers(mid: str) -> Prediction:
+    m = reg.get(mid)
+    tokens = 10000                                  # "--max-total-tokens 10000"; the log's "#tokens: 10000"
+    b = kv_bytes("deepseek-v3", tokens, "reference", include_mtp=False).total_bytes
+    return Prediction(id=mid, predicted=b, low=b, high=b, layout=f"TP{m.tp}; latent replicated on each rank",
+                      function="pdcalc.kv_cache.kv_bytes (engine 'reference': one contiguous BF16 row per token)",
+                      assumptions=("SGLang's MLA pool keeps one BF16 row of kv_lora_rank + rope = 576 values per "
+                                   "layer and token, like the reference; 61 layers, no MTP draft. If the printed "
+                                   f"'GB' is 2**30 B (SGLang memory_pool's GB constant) the ratio is "
+                                   f"{b / (m.value * GiB):.3f}."), band=BANDS["kv-bytes-unit"])
+
+
+def _atlas_tokens(mid: str) -> Prediction:
+    mem = measured_si(reg.get("vllm-atlas-145-r1-nvfp4-gb10-kv-available"))
+    block = 64                                      # assumption v3-vllm-block-64 (pdcalc.kv_cache)
+    vals = {}
+    for mtp in (False, True):
+        per_block = kv_bytes("deepseek-v3", block, "vllm", include_mtp=mtp, kv_cache_dtype="fp8").total_bytes
+        vals[mtp] = math.floor(mem / per_block) * block
+    meas = measured_si(reg.get(mid))
+    best = min(vals, key=lambda k: abs(math.log(vals[k] / meas)))
+    return Prediction(id=mid, predicted=float(vals[best]), low=float(min(vals.values())),
+                      high=float(max(vals.values())), layout=f"TP8; {'61 + 1 (MTP)' if best else '61'} layers",
+                      function="pdcalc.kv_cache.kv_bytes (engine 'vllm', kv_cache_dtype 'fp8')",
+                      assumptions=("Memory: the 43.55 GiB of the same line. 576 B per layer and token (FP8 latent "
+                                   "+ RoPE), 64-token blocks; with or without a cache layer for the MTP draft (not "
+                                   "stated): both tried."), band=BANDS["kv-bytes"])
+
+
+_TE_NETWORK = {"mooncake-te-8x400g-roce-bandwidth": "8 x 400 Gb/s RoCE",
+               "mooncake-te-4x200g-roce-bandwidth": "4 x 200 Gb/s RoCE"}
+_TE_BYTES = 40e9                                    # "With 40 GB of data"
+
+
+def _te_bandwidth(mid: str) -> Prediction:
+    pts = transfer.bandwidth_points().set_index("network")
+    rate = float(pts.loc[_TE_NETWORK[mid], "line_rate_bytes_per_s"])
+    lnk = transfer.fit_link().scaled(rate)
+    bw = _TE_BYTES / lnk.seconds(_TE_BYTES)
+    return Prediction(id=mid, predicted=bw, low=bw, high=bw, layout=_TE_NETWORK[mid],
+                      function="pdcalc.transfer.fit_link().scaled(line rate); Link.seconds",
+                      assumptions=(f"Fixed cost and efficiency ({lnk.efficiency:.1%}) of the link fitted to "
+                                   f"Mooncake's vLLM PD table, carried to {rate / 1e9:g} GB/s of line rate; "
+                                   "40 GB (10**9 B) per transfer."), band=BANDS["transfer-carried"])
+
+
+def _mooncake_point(prompt_tokens: int = 32768):
+    m = transfer.measurement()
+    i = int(list(m.prompt_tokens).index(prompt_tokens))
+    b = float(m.kv_bytes[i])
+    return b, transfer.fit_link().seconds(b)
+
+
+def _mooncake_time(mid: str) -> Prediction:
+    b, t = _mooncake_point()
+    return Prediction(id=mid, predicted=t, low=t, high=t, layout="1P1D, TP8, 8 x RoCE",
+                      function="pdcalc.transfer.fit_link().seconds",
+                      assumptions=(f"In sample: the link is fitted to the same table. {b / GiB:.2f} GiB per request "
+                                   "(the printed 4.50 'GB' is GiB, pdcalc/data/transfer.toml)."),
+                      band=BANDS["transfer-in-sample"])
+
+
+def _mooncake_bandwidth(mid: str) -> Prediction:
+    b, t = _mooncake_point()
+    m = reg.get(mid)
+    return Prediction(id=mid, predicted=b / t, low=b / t, high=b / t, layout="1P1D, TP8, 8 x RoCE",
+                      function="pdcalc.transfer.fit_link().seconds",
+                      assumptions=("In sample, as the transfer time. The printed 'GB/s' is GiB/s (4.50 GiB / "
+                                   "31.65 ms); read so, the measurement is "
+                                   f"{m.value * GiB / 1e9:.1f} GB/s and the ratio {b / t / (m.value * GiB):.3f}."),
+                      band=BANDS["transfer-in-sample"])
+
+
+def _throughput(mfu, mbu, comm_eff, overlap) -> list[Prediction]:
+    df = throughput.compare_published(mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap)
+    runs = {r.measurement: r for r in throughput.PUBLISHED_RUNS}
+    out = []
+    for _, row in df.iterrows():
+        run = runs[row["measurement"]]
+        p = float(row["predicted_tokens_per_s_per_card"]) * run.cards_per_unit
+        out.append(Prediction(
+            id=row["measurement"], predicted=p, low=p, high=p,
+            layout=f"TP{run.tp}, EP{run.ep}, {row['phase']}, context {run.context}",
+            function="pdcalc.throughput.compare_published",
+            assumptions=(f"{row['conditions']}. {row['bound'].capitalize()}-bound; MFU {mfu:g}, MBU {mbu:g}, "
+                         f"link efficiency {comm_eff:g}, overlap {overlap}. Per card x {run.cards_per_unit}."),
+            band=BANDS["throughput"]))
+    return out
+
+
+_SINGLE = {
+    "sglang-ktransformers-1804-v3-bf16-kv-10000-tokens": _ktransformers,
+    "vllm-atlas-145-r1-nvfp4-gb10-kv-tokens": _atlas_tokens,
+    "mooncake-te-8x400g-roce-bandwidth": _te_bandwidth,
+    "mooncake-te-4x200g-roce-bandwidth": _te_bandwidth,
+    "mooncake-vllm-pd-h800-qwen3-8b-32k-transfer-time": _mooncake_time,
+    "mooncake-vllm-pd-h800-qwen3-8b-peak-bandwidth": _mooncake_bandwidth,
+}
+
+
+def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.DEFAULT_MBU,
+                comm_eff: float = throughput.DEFAULT_COMM_EFF, overlap: bool = True,
+                scheme: str | None = None) -> list[Prediction]:
+    """pdcalc's prediction for every registry entry it can predict, in registry order.
+
+    Parameters
+    ----------
+    mfu, mbu, comm_eff, overlap
+        Passed to :func:`pdcalc.throughput.compare_published`.
+    scheme : str, optional
+        Quantization scheme for every weight prediction (and the KV budgets built on them) instead of
+        each checkpoint's own (``w8a8``, ``fp8``); what-if candidates keep theirs.
+    """
+    if scheme is not None:
+        get_scheme(scheme)
+    found: dict[str, Prediction] = {}
+    for mid in _WEIGHTS:
+        found[mid] = _weights(mid, scheme)
+    for mid in _BUDGETS:
+        found[mid] = _kv_budget(mid, scheme)
+    for mid, fn in _SINGLE.items():
+        found[mid] = fn(mid)
+    for p in _throughput(mfu, mbu, comm_eff, overlap):
+        found[p.id] = p
+    return [found[i] for i in reg.ids() if i in found]
+
+
+# ------------------------------------------------------------------------------------------ not predicted
+_NO_PRESET = "pdcalc has no preset (config.json) for this model"
+
+_NOT_PREDICTED: dict[str, str] = {
+    "vllm-ascend-16983-v4pro-w4a8-a3-weights-per-card": (
+        f"DeepSeek-V4-Pro: {_NO_PRESET}, nor a W4A8 scheme; the TP size is not printed in the excerpt."),
+    "sglang-inferencex-2128-v4pro-fp8-h200-tp8-weights": f"DeepSeek-V4-Pro: {_NO_PRESET}.",
+    "vllm-recipes-762-v4flash0731-b200-dp8-max-concurrency": (
+        f"DeepSeek-V4-Flash-0731: {_NO_PRESET}; vllm-project/vllm issue #51454 gives it 304B parameters, "
+        "not the 284B of the DeepSeek-V4-Flash preset."),
+    "vllm-recipes-762-v4flash0731-b200-tp8-max-concurrency": (
+        f"DeepSeek-V4-Flash-0731: {_NO_PRESET} (304B per vllm-project/vllm issue #51454)."),
+    "vllm-44376-v4flash-gh200-tp2-kv-available": (
+        "The memory the runtime sees on the GH200 ('96 GB each' is the reporter's), the activation and graph "
+        "overhead and the checkpoint are not in the excerpt. The same line's '6.66 GiB KV cache is needed' for "
+        "one 30000-token request is the engine's pre-check, which the issue reports as miscomputed."),
+    "vllm-atlas-145-r1-nvfp4-gb10-kv-available": (
+        "gpu_memory_utilization is not stated, the GB10's unified memory (shared with the CPU) is not a card "
+        "preset, and pdcalc has no NVFP4 scheme for the weights."),
+    "cloudmatrix384-r1-decode-per-npu-tpot15": (
+        "Not among pdcalc.throughput.PUBLISHED_RUNS: the batch and layout of the 15 ms operating point are "
+        "not in the quoted abstract."),
+    "lmsys-96xh100-prefill-per-node": (
+        "Not among PUBLISHED_RUNS: NVIDIA H100 is not a card preset, and the layouts and batches are not in "
+        "the quoted sentence."),
+    "lmsys-96xh100-decode-per-node": (
+        "Not among PUBLISHED_RUNS: NVIDIA H100 is not a card preset, and the layouts and batches are not in "
+        "the quoted sentence."),
+    "lmsys-gb200-fp8attn-nvfp4moe-prefill-per-gpu": (
+        "Not among PUBLISHED_RUNS: GB200 is not a card preset and pdcalc has no NVFP4 scheme."),
+    "lmsys-gb200-fp8attn-nvfp4moe-decode-per-gpu": (
+        "Not among PUBLISHED_RUNS: GB200 is not a card preset and pdcalc has no NVFP4 scheme."),
+    "lmsys-h20-prefill-per-node": (
+        "Not among PUBLISHED_RUNS: the prefill batch per step is not in the quoted sentence."),
+    "lmsys-h20-decode-per-node": (
+        "Not among PUBLISHED_RUNS: the decode batch and TPOT are not in the quoted sentence."),
+    "mooncake-vllm-pd-h800-qwen3-8b-32k-ttft": (
+        f"TTFT is mostly Qwen3-8B's prefill: {_NO_PRESET} (pdcalc's step model covers MLA models only)."),
+}
+
+
+def not_predicted(*, predicted_ids=None) -> pd.DataFrame:
+    """Registry entries pdcalc does not predict, with the reason (``None`` when no reason is recorded).
+
+    Columns ``id, quantity, model, engine, reason``.
+    """
+    done = set(predicted_ids) if predicted_ids is not None else {p.id for p in predictions()}
+    rows = [{"id": m.id, "quantity": m.quantity, "model": m.model, "engine": m.engine,
+             "reason": _NOT_PREDICTED.get(m.id)} for m in reg.load() if m.id not in done]
+    return pd.DataFrame(rows, columns=["id", "quantity", "model", "engine", "reason"])
+
+
+def coverage() -> dict[str, list[str]]:
+    """Ids by fate: ``predicted``, ``not_predicted`` (with a reason), ``missing`` (neither)."""
+    pred = [p.id for p in predictions()]
+    nope = not_predicted(predicted_ids=pred)
+    return {"predicted": pred, "not_predicted": nope.loc[nope["reason"].notna(), "id"].tolist(),
+            "missing": nope.loc[nope["reason"].isna(), "id"].tolist()}
+
+
+# ------------------------------------------------------------------------------------------ tables
+def table(**kwargs) -> pd.DataFrame:
+    """Predicted beside measured, one row per prediction (keyword arguments as :func:`predictions`).
+
+    Columns ``id, quantity, group, model, card, engine, layout, unit, measured, predicted, low, high,
+    ratio, ratio_low, ratio_high, band_low, band_high, within_band, function, assumptions, band_why, quote,
+    source``; values in ``unit`` (:data:`SI_UNITS`).
+    """
+    rows = []
+    for p in predictions(**kwargs):
+        m = reg.get(p.id)
+        meas = measured_si(m)
+        rows.append({
+            "id": p.id, "quantity": m.quantity, "group": GROUPS[m.quantity], "model": m.model, "card": m.card,
+            "engine": m.engine, "layout": p.layout, "unit": SI_UNITS[m.quantity], "measured": meas,
+            "predicted": p.predicted, "low": p.low, "high": p.high, "ratio": p.predicted / meas,
+            "ratio_low": p.low / meas, "ratio_high": p.high / meas, "band_low": p.band.low, "band_high": p.band.high,
+            "within_band": p.band.contains(p.predicted / meas), "function": p.function,
+            "assumptions": p.assumptions, "band_why": p.band.why, "quote": m.quote, "source": m.source,
+        })
+    return pd.DataFrame(rows)
+
+
+#: Display units for :func:`show`: column suffix and divisor from the SI unit.
+DISPLAY: dict[str, tuple[str, float]] = {
+    "B": ("GiB", GiB), "tokens": ("tokens", 1.0), "tokens/s": ("tokens/s", 1.0), "B/s": ("GB/s", 1e9),
+    "s": ("ms", 1e-3),
+}
+
+
+def show(df: pd.DataFrame, quantities, digits: int = 3) -> pd.DataFrame:
+    """Rows of :func:`table` for ``quantities``, measured and predicted in a display unit (GiB for memory,
+    GB/s for bandwidth, ms for time), with the ratio, the band and the source (quote and locator)."""
+    sub = df[df["quantity"].isin([quantities] if isinstance(quantities, str) else list(quantities))]
+    units = sub["unit"].unique()
+    if len(units) != 1:
+        raise LayoutError(f"show() needs rows of one unit, got {list(units)}")
+    name, div = DISPLAY[units[0]]
+    out = pd.DataFrame({
+        "measurement": sub["id"], "layout": sub["layout"],
+        f"measured ({name})": (sub["measured"] / div).round(digits),
+        f"predicted ({name})": (sub["predicted"] / div).round(digits),
+        "predicted / measured": sub["ratio"].round(3),
+        "band": [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(sub["band_low"], sub["band_high"])],
+        "quote": sub["quote"], "source": sub["source"],
+    })
+    return out.set_index("measurement")
+
+
+def kv_budget_table(scheme: str | None = None) -> pd.DataFrame:
+    """The KV budgets of the startup logs, part by part (GiB): what the log prints, what pdcalc puts in its
+    place, and the overhead the measurement implies (``u M - W_pdcalc - M_KV``)."""
+    rows = []
+    for mid, spec in _BUDGETS.items():
+        m, mw = reg.get(mid), reg.get(spec.weights)
+        card, u = _card(spec.card), m.gpu_memory_utilization
+        w_pred = _weights(spec.weights, scheme).predicted
+        logged_over = (spec.activation_gib + spec.non_torch_gib) * GiB
+        usable = u * card.usable_base_bytes
+        check = budget(card, measured_si(mw), utilization=u, activation_bytes=spec.activation_gib * GiB,
+                       overhead_bytes=spec.non_torch_gib * GiB).kv_bytes
+        rows.append({
+            "measurement": mid, "visible (GiB)": card.usable_base_bytes / GiB, "utilization": u,
+            "usable (GiB)": usable / GiB, "weights, logged (GiB)": measured_si(mw) / GiB,
+            "weights, pdcalc (GiB)": w_pred / GiB, "activation + non-torch, logged (GiB)": logged_over / GiB,
+            "KV, measured (GiB)": measured_si(m) / GiB, "KV from logged weights (GiB)": check / GiB,
+            "KV, pdcalc (GiB)": (usable - w_pred - logged_over) / GiB,
+            "overhead implied by pdcalc weights (GiB)": (usable - w_pred - measured_si(m)) / GiB,
+        })
+    return pd.DataFrame(rows).set_index("measurement")
+
+
+# ------------------------------------------------------------------------------------------ chart
+def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] = (0.9, 1.1)):
+    """Predicted / measured per measurement on a log scale: a point at the prediction, a bar over the range
+    of candidates, a shaded band around 1 (``band``), one colour per quantity. ``df``: :func:`table`."""
+    import altair as alt
+
+    rows = df[["id", "group", "ratio", "ratio_low", "ratio_high", "layout"]].copy()
+    rank = {g: i for i, g in enumerate(dict.fromkeys(GROUPS.values()))}
+    order = list(rows.assign(r=rows["group"].map(rank)).sort_values("r", kind="stable")["id"])
+    scale = alt.Scale(type="log", domain=[0.25, 4], clamp=True)
+    y = alt.Y("id:N", title=None, sort=order)
+    color = alt.Color("group:N", title=None, legend=alt.Legend(orient="bottom", columns=4))
+    shade = alt.Chart(pd.DataFrame({"lo": [band[0]], "hi": [band[1]]})).mark_rect(
+        color="lightgray", opacity=0.6).encode(x=alt.X("lo:Q", scale=scale), x2="hi:Q")
+    one = alt.Chart(pd.DataFrame({"x": [1.0]})).mark_rule(color="gray").encode(x=alt.X("x:Q", scale=scale))
+    rng = alt.Chart(rows).mark_rule(strokeWidth=4, opacity=0.45).encode(
+        x=alt.X("ratio_low:Q", scale=scale), x2="ratio_high:Q", y=y, color=color)
+    pts = alt.Chart(rows).mark_point(filled=True, size=60, opacity=1).encode(
+        x=alt.X("ratio:Q", title="predicted / measured (log scale)", scale=scale), y=y, color=color,
+        tooltip=["id", "layout", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ratio_low:Q", format=".3f"),
+                 alt.Tooltip("ratio_high:Q", format=".3f")])
+    return (shade + one + rng + pts).properties(width=300, height=alt.Step(18), title=title).configure_axis(
+        labelLimit=320)
+
+
+# ------------------------------------------------------------------------------------------ chapter helpers
+def candidates_table(scheme: str | None = None) -> pd.DataFrame:
+    """:func:`weight_candidates` of every weight measurement with open conditions, weights in GiB."""
+    parts = {mid: weight_candidates(mid, scheme) for mid in _WEIGHTS}
+    df = pd.concat(parts, names=["measurement", "#"])
+    df["predicted (GiB)"] = df.pop("predicted_bytes") / GiB
+    return df.droplevel("#").set_index("candidate", append=True)
+
+
+def bands_table() -> pd.DataFrame:
+    """The tolerance bands: ``kind, low, high, why``."""
+    return pd.DataFrame([{"kind": k, "low": b.low, "high": b.high, "why": b.why} for k, b in BANDS.items()]
+                        ).set_index("kind")
+
+
+def key_numbers(df: pd.DataFrame, scheme: str | None = None) -> dict:
+    """The numbers the chapter's prose quotes, by name (floats, ints and short strings, ready to glue).
+
+    ``df`` is :func:`table` for the same parameters.
+    """
+    r = df.set_index("id")
+    ratio = r["ratio"].astype(float)
+    out: dict = {"n_pred": len(df), "n_all": len(reg.ids()), "n_not": len(reg.ids()) - len(df)}
+    v3 = weight_candidates("vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card", scheme)
+    on, off = v3[v3["mtp"]].iloc[0], v3[~v3["mtp"]].iloc[0]
+    out |= {"v3_on": on["ratio"], "v3_off": off["ratio"], "v3_err_pct": 100 * abs(on["ratio"] - 1),
+            "v3_off_gap_gib": (measured_si(reg.get("vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card"))
+                               - off["predicted_bytes"]) / GiB,
+            "v3_mtp_gib": (on["predicted_bytes"] - off["predicted_bytes"]) / GiB}
+    rid = "vllm-13074-r1-h20-3e-weights-per-card"
+    out |= {"r1": ratio[rid], "r1_low": r.loc[rid, "ratio_low"], "r1_high": r.loc[rid, "ratio_high"],
+            "r1_layout": r.loc[rid, "layout"]}
+    vid = "vllm-ascend-13439-v4flash-weights-per-card"
+    v4 = weight_candidates(vid, scheme)
+    meas = measured_si(reg.get(vid))
+    att = card_weights("deepseek-v4-flash", scheme or "w8a8", ep=8, mtp=True).by_category.get("attention", 0.0)
+    out |= {"v4": ratio[vid], "v4_gap_gib": (meas - r.loc[vid, "predicted"]) / GiB, "v4_att_gib": att / GiB,
+            "v4_whatif": v4.loc[v4["scheme"] == W8A8_EXPERTS_ONLY.name, "ratio"].iloc[0],
+            "v4_ep16": v4.loc[(v4["ep"] == 16), "ratio"].iloc[0], "v4_pct": 100 * (1 - ratio[vid])}
+    kb = kv_budget_table(scheme)
+    k4, k1 = kb.loc["vllm-ascend-13439-v4flash-kv-cache-per-card"], kb.loc["vllm-13074-r1-h20-3e-kv-cache-per-card"]
+    out |= {"v4_kv": ratio["vllm-ascend-13439-v4flash-kv-cache-per-card"],
+            "v4_implied_gib": k4["overhead implied by pdcalc weights (GiB)"],
+            "v4_logged_gib": k4["activation + non-torch, logged (GiB)"],
+            "r1_kv": ratio["vllm-13074-r1-h20-3e-kv-cache-per-card"],
+            "r1_implied_gib": k1["overhead implied by pdcalc weights (GiB)"],
+            "r1_logged_gib": k1["activation + non-torch, logged (GiB)"],
+            "budget_err_gib": (kb["KV from logged weights (GiB)"] - kb["KV, measured (GiB)"]).abs().max()}
+    kid = "sglang-ktransformers-1804-v3-bf16-kv-10000-tokens"
+    out |= {"kt": ratio[kid], "kt_gib": r.loc[kid, "predicted"] / (reg.get(kid).value * GiB),
+            "atlas": ratio["vllm-atlas-145-r1-nvfp4-gb10-kv-tokens"],
+            "atlas_low": r.loc["vllm-atlas-145-r1-nvfp4-gb10-kv-tokens", "ratio_low"],
+            "atlas_high": r.loc["vllm-atlas-145-r1-nvfp4-gb10-kv-tokens", "ratio_high"]}
+    out["kv_err_pct"] = 100 * max(abs(out["atlas_low"] - 1), abs(out["atlas_high"] - 1), abs(out["kt_gib"] - 1))
+    thr = r[r["group"] == "throughput"]
+    out |= {"thr_min": thr["ratio"].min(), "thr_max": thr["ratio"].max(),
+            "dsk_prefill": ratio["deepseek-prod-h800-prefill-per-node"],
+            "dsk_decode": ratio["deepseek-prod-h800-decode-per-node"],
+            "cm_prefill": ratio["cloudmatrix384-r1-prefill-per-npu"],
+            "cm_decode": ratio["cloudmatrix384-r1-decode-per-npu-tpot50"]}
+    bw = measured_si(reg.get("mooncake-vllm-pd-h800-qwen3-8b-peak-bandwidth"))
+    pts = transfer.bandwidth_points()
+    out |= {"moon_t": ratio["mooncake-vllm-pd-h800-qwen3-8b-32k-transfer-time"],
+            "moon_bw": ratio["mooncake-vllm-pd-h800-qwen3-8b-peak-bandwidth"],
+            "moon_bw_gib": r.loc["mooncake-vllm-pd-h800-qwen3-8b-peak-bandwidth", "predicted"] / (bw / 1e9 * GiB),
+            "te8": ratio["mooncake-te-8x400g-roce-bandwidth"], "te4": ratio["mooncake-te-4x200g-roce-bandwidth"],
+            "eff_fit_pct": 100 * transfer.fit_link().efficiency,
+            "eff_te4_pct": 100 * float(pts["efficiency"].iloc[0]), "eff_te8_pct": 100 * float(pts["efficiency"].iloc[1])}
+    return {k: (v if isinstance(v, str) else int(v) if isinstance(v, (int,)) and not isinstance(v, bool)
+                else float(v)) for k, v in out.items()}
