@@ -255,3 +255,24 @@ def plan_chart(rows: pd.DataFrame, marks: pd.DataFrame, title: str):
     text = alt.Chart(marks).mark_text(dx=-12, dy=-14, align="right").encode(
         x="cards:Q", y="tokens_per_s_per_card:Q", text="label:N")
     return (pts + ring + text).properties(width=380, height=280, title=title)
+
+
+def tp_chart(rows: pd.DataFrame, title: str):
+    """Time per layer of the TP all-reduce and of the compute for each TP degree, for two token counts;
+    ``rows``: ``tp, series, ms`` (log scale: the series span four orders of magnitude; the bars start at the
+    power of ten below the smallest value). Bars of one colour pair cover the same tokens."""
+    import math
+
+    import altair as alt
+
+    order = list(dict.fromkeys(rows["series"]))
+    lo = 10.0 ** math.floor(math.log10(rows["ms"].min()))
+    hi = 10.0 ** math.ceil(math.log10(rows["ms"].max()))
+    return alt.Chart(rows).mark_bar().encode(
+        x=alt.X("tp:O", title="TP degree"),
+        xOffset=alt.XOffset("series:N", sort=order),
+        y=alt.Y("ms:Q", title="time per layer (ms, log scale)", scale=alt.Scale(type="log", domain=[lo, hi])),
+        y2=alt.datum(lo),
+        color=alt.Color("series:N", title=None, sort=order, scale=alt.Scale(scheme="paired"), legend=_BOTTOM),
+        tooltip=["series", "tp", alt.Tooltip("ms:Q", format=",.4f")],
+    ).properties(width=380, height=260, title=title)
