@@ -39,6 +39,17 @@ class CardWeights:
     class_ii_bytes: float = 0.0     # everything replicated or TP-split
 
 
+def tensor_card_bytes(t, scheme, *, experts_per_card: int, tp: int) -> float:
+    """Bytes of tensor ``t`` (all its instances) on one card: whole if replicated, ``1/tp`` if TP-split, the
+    card's ``experts_per_card`` of its ``t.count`` experts if EP-split."""
+    b = scheme.tensor_bytes(t)
+    if t.shard == "ep":
+        return b / t.count * experts_per_card
+    if t.shard == "tp":
+        return b / tp
+    return b
+
+
 def card_weights(model, scheme: str = "w8a8", *, ep: int = 1, tp: int = 1, mtp: bool = False,
                  redundant: int = 0) -> CardWeights:
     """Weight bytes on one card of an EP group of ``ep`` cards with TP degree ``tp``."""
@@ -51,12 +62,7 @@ def card_weights(model, scheme: str = "w8a8", *, ep: int = 1, tp: int = 1, mtp: 
     for t in inv.tensors:
         if t.part == "mtp" and not mtp:
             continue
-        b = sch.tensor_bytes(t)
-        if t.shard == "ep":
-            b = b / t.count * n_card
-        elif t.shard == "tp":
-            b = b / tp
-        out[t.category] += b
+        out[t.category] += tensor_card_bytes(t, sch, experts_per_card=n_card, tp=tp)
     by_cat = {k: v for k, v in out.items() if v}
     one = by_cat.get("routed_experts", 0.0)
     total = sum(by_cat.values())

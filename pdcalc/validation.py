@@ -46,7 +46,7 @@ from pdcalc.errors import LayoutError, UnknownNameError
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.kv_cache import kv_bytes
-from pdcalc.memory import budget, card_weights
+from pdcalc.memory import budget, card_weights, tensor_card_bytes
 from pdcalc.parallel import place_experts
 from pdcalc.quant import Rule, Scheme, get_scheme
 from pdcalc.units import GiB
@@ -199,12 +199,7 @@ def stage_weights(model, scheme="w8a8", *, ep: int = 1, tp: int = 1, mtp: bool =
                 continue
         elif not start <= t.layer < end:
             continue
-        b = sch.tensor_bytes(t)
-        if t.shard == "ep":
-            b = b / t.count * n_card
-        elif t.shard == "tp":
-            b = b / tp
-        total += b
+        total += tensor_card_bytes(t, sch, experts_per_card=n_card, tp=tp)
     return total
 
 
