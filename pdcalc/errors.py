@@ -1,5 +1,10 @@
 """Errors a user can cause. Each carries a one-line message fit for a command line."""
 
+import difflib
+
+#: Up to this many known names are listed in full; beyond it, the closest ones.
+MAX_LISTED = 24
+
 
 class PdcalcError(Exception):
     """Base class of every error caused by user input (unknown name, bad file, impossible layout)."""
@@ -10,7 +15,13 @@ class UnknownNameError(PdcalcError, KeyError):
 
     def __init__(self, kind: str, name: str, known):
         self.kind, self.name, self.known = kind, name, sorted(known)
-        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(self.known)}")
+        if len(self.known) <= MAX_LISTED:
+            listed = f"known: {', '.join(self.known)}"
+        else:
+            close = difflib.get_close_matches(str(name), self.known, n=8, cutoff=0.5)
+            listed = (f"{len(self.known)} known" + (f"; closest: {', '.join(close)}" if close else
+                                                     f", e.g. {', '.join(self.known[:8])}"))
+        super().__init__(f"unknown {kind} {name!r}; {listed}")
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0]

@@ -723,3 +723,44 @@ def key_numbers(df: pd.DataFrame, scheme: str | None = None) -> dict:
             "eff_te4_pct": 100 * float(pts["efficiency"].iloc[0]), "eff_te8_pct": 100 * float(pts["efficiency"].iloc[1])}
     return {k: (v if isinstance(v, str) else int(v) if isinstance(v, (int,)) and not isinstance(v, bool)
                 else float(v)) for k, v in out.items()}
+
+
+def error_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per group of :func:`table`: how many predictions, the lowest and highest ratio, the worst error
+    (the largest ``|ratio - 1|``, in %) and the widest band the tests hold the group to."""
+    g = df.groupby("group")
+    out = pd.DataFrame({
+        "predictions": g.size(),
+        "lowest ratio": g["ratio"].min(),
+        "highest ratio": g["ratio"].max(),
+        "worst error (%)": g["ratio"].apply(lambda r: 100 * (r - 1).abs().max()),
+        "band held in tests": g.apply(lambda x: f"{x['band_low'].min():.2f} to {x['band_high'].max():.2f}",
+                                      include_groups=False),
+    })
+    return out
+
+
+#: The articles' own predictions of a measured quantity: (label, claim id, bytes per printed unit,
+#: multiplier to the measured quantity, measurement id).
+_ARTICLE_CASES = (
+    ("V4 article: weights on a P card (EP8, W8A8)", "v4-6.2-p-weight-card", 1e9, 1,
+     "vllm-ascend-13439-v4flash-weights-per-card"),
+    ("V3 article: MLA cache of 10,000 tokens, BF16 (its per-token figure x 10,000)", "v3-2.3.1-kv-mla-per-token",
+     2**20, 10_000, "sglang-ktransformers-1804-v3-bf16-kv-10000-tokens"),
+)
+
+
+def articles_vs_measurements(df: pd.DataFrame) -> pd.DataFrame:
+    """Where an article predicts a measured quantity: its number, pdcalc's, the measurement, both ratios."""
+    from pdcalc.claims import get_claim
+
+    r = df.set_index("id")
+    rows = []
+    for label, cid, unit_bytes, times, mid in _ARTICLE_CASES:
+        c = get_claim(cid)
+        art = float(c.value) * unit_bytes * times
+        meas, pred = float(r.loc[mid, "measured"]), float(r.loc[mid, "predicted"])
+        rows.append({"quantity": label, "article prints": c.printed, "article (GB)": art / 1e9,
+                     "pdcalc (GB)": pred / 1e9, "measured (GB)": meas / 1e9, "article / measured": art / meas,
+                     "pdcalc / measured": pred / meas, "measurement": mid})
+    return pd.DataFrame(rows).set_index("quantity")

@@ -32,3 +32,13 @@ def test_format_keeps_unit_explicit():
 @pytest.mark.parametrize("unit", list(units.BYTE_UNITS))
 def test_round_trip(unit):
     assert units.to_unit(units.from_unit(3.5, unit), unit) == pytest.approx(3.5, rel=1e-15)
+
+
+def test_unknown_name_lists_all_or_the_closest():
+    from pdcalc.errors import UnknownNameError
+
+    few = UnknownNameError("card", "h900", ["h800", "h20", "h200"])
+    assert str(few) == "unknown card 'h900'; known: h20, h200, h800"
+    many = UnknownNameError("claim", "v4-6.3-b-totl", [f"v4-6.3-{k}" for k in ("b-total", "a-total")]
+                            + [f"x-{i}" for i in range(40)])
+    assert "42 known; closest: v4-6.3-b-total" in str(many) and "x-39" not in str(many)
