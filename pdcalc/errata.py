@@ -30,6 +30,12 @@ class Erratum:
     changes: Callable[[], str]        # what it changes in the conclusion
 
 
+def _v3_memory_corrected():
+    from pdcalc.audit.v3_deploy import per_card_all_weights_gib
+
+    return f"{per_card_all_weights_gib():.1f} GiB per card once the experts are counted"
+
+
 def _v3_memory_real():
     from pdcalc import throughput as tput
 
@@ -54,16 +60,11 @@ def _v3_comm_corrected():
 
 
 def _v3_comm_real():
-    from pdcalc import throughput as tput
-    from pdcalc.hardware import get_card
+    from pdcalc.throughput import layer_times
 
-    users = printed_value("v3-1.2-target-concurrency")
-    ctx = printed_value("v3-1.2-target-context")
-    st = tput.step("deepseek-v3", "ascend-910b2", tp=8, dp=1, context=ctx, concurrency=users, phase="prefill")
-    _, ar = tput.tp_allreduce_per_layer("deepseek-v3", get_card("ascend-910b2"), tokens=users * ctx, tp=8,
-                                        allreduces=tput.DEFAULT_ALLREDUCES_PER_LAYER)
-    layers = tput._split("deepseek-v3").layers
-    return f"all-reduce / compute per layer = {ar / (st.compute_s / layers):.2f} in prefill at TP8 (HCCS)"
+    compute, ar = layer_times("deepseek-v3", "ascend-910b2", tp=8, context=printed_value("v3-1.2-target-context"),
+                              concurrency=printed_value("v3-1.2-target-concurrency"), phase="prefill")
+    return f"all-reduce / compute per layer = {ar / compute:.2f} in prefill at TP8 (HCCS)"
 
 
 def _v4_kv_real():
@@ -82,9 +83,7 @@ def _v4_kv_changes():
     ctx = printed_value("v4-6.2-max-model-len")
     seqs = printed_value("v4-6.2-d-seqs")
     d_ep = printed_value("v4-6.5-d-dp")
-    left_art = budgets.d_plan("A").usable_bytes - budgets.d_plan("A").total_bytes + budgets.d_plan("A").parts[
-        "kv_cache"]
-    n_art = int(left_art // article_kv_bytes(ctx, budgets.kb_per_token()))
+    n_art = int(budgets.d_plan("A").room_bytes() // article_kv_bytes(ctx, budgets.kb_per_token()))
     overhead = (printed_value("v4-6.3-d-act") + printed_value("v4-6.3-d-framework")) * GB
     sizes = [2 ** k for k in range(1, d_ep.bit_length())]
     sw = ep_sweep("deepseek-v4-flash", "w8a8", "ascend-910b2", sizes, activation_bytes=overhead)
@@ -137,7 +136,8 @@ def _v4_p_kv_corrected():
     from pdcalc.kv_cache import article_kv_bytes
 
     ctx = printed_value("v4-6.2-max-model-len")
-    return f"{article_kv_bytes(ctx, budgets.kb_per_token()) / GB:.2f} GB for one {ctx:,}-token prompt at 44 KB/token"
+    kb = budgets.kb_per_token()
+    return f"{article_kv_bytes(ctx, kb) / GB:.2f} GB for one {ctx:,}-token prompt at {kb:g} KB/token"
 
 
 def _v4_p_kv_real():
@@ -183,9 +183,7 @@ def _v4_transfer_real():
 
 
 ERRATA: tuple[Erratum, ...] = (
-    Erratum("v3-2.3.3-per-card-total-alt", "arithmetic",
-            lambda: f"{__import__('pdcalc.audit.v3_deploy', fromlist=['x']).per_card_all_weights_gib():.1f} GiB per "
-                    f"card once the experts are counted", _v3_memory_real, _v3_memory_changes),
+    Erratum("v3-2.3.3-per-card-total-alt", "arithmetic", _v3_memory_corrected, _v3_memory_real, _v3_memory_changes),
     Erratum("v4-6.1-kv-conservative", "input",
             lambda: "an estimate, not derived: no per-token figure follows from its own inputs", _v4_kv_real,
             _v4_kv_changes),
@@ -202,7 +200,7 @@ ERRATA: tuple[Erratum, ...] = (
                     "long prompts need headroom on P."),
     Erratum("v3-2.2.8-latency-target-32", "input", _v3_latency_corrected, _v3_latency_real,
             lambda: "The latency target and the throughput target cannot both hold: decode is memory-bound."),
-    Erratum("v3-1.2-hbm-per-card", "input", lambda: _v3_hbm_corrected(), _v3_hbm_real,
+    Erratum("v3-1.2-hbm-per-card", "input", _v3_hbm_corrected, _v3_hbm_real,
             lambda: "Every per-card budget of the V3 article starts from the wrong capacity."),
     Erratum("v4-7.2-kv-transfer", "premise", lambda: f"{get_claim('v4-7.2-kv-transfer').recomputed:.0f} MB (its own rule holds)",
             _v4_transfer_real,

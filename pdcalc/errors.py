@@ -36,5 +36,18 @@ class ConfigError(PdcalcError, ValueError):
         super().__init__(f"{where}: {message}")
 
 
+def load_toml(path, source: str) -> dict:
+    """Read a user's TOML file; a missing or malformed file is a :class:`ConfigError` naming ``source``."""
+    import tomllib
+
+    try:
+        with (path.open("rb") if hasattr(path, "open") else open(path, "rb")) as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(source, None, "no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, None, f"not valid TOML ({exc})") from None
+
+
 class LayoutError(PdcalcError, ValueError):
     """A parallel layout that cannot exist (e.g. experts that cannot be spread over the EP group)."""

@@ -158,3 +158,22 @@ def prefill_flops(model: str | Path | ModelConfig, prompt_tokens, *, include_att
     total = matmul + attn + index
     out = {"matmul": matmul, "attention": attn, "indexer": index, "total": total}
     return {k: float(v[0]) for k, v in out.items()} if scalar else out
+
+
+def prefill_compute_seconds(model, card, prompt_tokens, *, mfu: float, matmul_dtype: str = "int8",
+                            attn_dtype: str = "bf16"):
+    """Compute time of one prefill on one card: the weight matmuls at the ``matmul_dtype`` peak (W8A8
+    multiplies int8), attention and indexer at the ``attn_dtype`` peak, both at a share ``mfu`` of peak.
+
+    .. math:: t_p = \\frac{F_\\text{matmul}}{\\mu P_\\text{matmul}} + \\frac{F_\\text{attn} + F_\\text{indexer}}{\\mu P_\\text{attn}}
+
+    Source: :func:`prefill_flops`; peaks from :func:`pdcalc.hardware.get_card`.
+    """
+    from pdcalc.hardware import get_card
+
+    if not 0 < mfu <= 1:
+        raise LayoutError(f"mfu must be in (0, 1], got {mfu!r}")
+    dev = get_card(card)
+    f = prefill_flops(model, prompt_tokens)
+    attention = f["attention"] + f["indexer"]
+    return f["matmul"] / (mfu * dev.flops(matmul_dtype)) + attention / (mfu * dev.flops(attn_dtype))

@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from pdcalc.errors import ConfigError, UnknownNameError
+from pdcalc.errors import ConfigError, UnknownNameError, load_toml
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,12 +104,5 @@ def get_card(name: str | Path | Card) -> Card:
         return card_from_dict(presets[key], name=key, source_file="pdcalc/data/hardware.toml")
     path = Path(key)
     if path.suffix == ".toml" or path.exists():
-        try:
-            with path.open("rb") as fh:
-                data = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(key, None, "no such file") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(key, None, f"not valid TOML ({exc})") from None
-        return card_from_dict(data, name=path.stem, source_file=key)
+        return card_from_dict(load_toml(path, key), name=path.stem, source_file=key)
     raise UnknownNameError("card", key, presets)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass, fields
 from decimal import Decimal, InvalidOperation
 from functools import cache
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pdcalc.errors import ConfigError, UnknownNameError
+from pdcalc.errors import ConfigError, UnknownNameError, load_toml
 from pdcalc.units import BYTE_UNITS
 
 #: Where the packaged registry lives (used in error messages).
@@ -261,13 +260,7 @@ def _entry(raw: dict, source: str, card_names: frozenset) -> Measurement:
 def _parse(path, source: str) -> tuple[Measurement, ...]:
     from pdcalc.hardware import card_names
 
-    try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(source, None, "no such file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(source, None, f"not valid TOML ({exc})") from None
+    data = load_toml(path, source)
     extra = set(data) - {"measurement"}
     if extra:
         raise ConfigError(source, sorted(extra)[0], "unknown top-level key; expected [[measurement]] tables")

@@ -141,6 +141,10 @@ class MemoryPlan:
     def fits(self) -> bool:
         return self.free_bytes >= 0
 
+    def room_bytes(self, part: str = "kv_cache") -> float:
+        """Usable memory left for ``part`` once every other part is in (what a KV cache may grow to)."""
+        return self.usable_bytes - sum(v for k, v in self.parts.items() if k != part)
+
     def verdict(self, unit: float = GiB, unit_name: str = "GiB") -> str:
         if self.fits:
             return f"fits, {self.free_bytes / unit:.2f} {unit_name} to spare"

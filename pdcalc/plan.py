@@ -282,7 +282,7 @@ def evaluate(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> pd.Dat
     load = rate / p_cap
     lnk = link(setup.bandwidth_bytes_per_s, setup.transfer_fixed_s)
     xfer = exposed_seconds(lnk, float(seq_kv_bytes(setup, work.prompt_tokens)), P["prefill_s"][p],
-                           load_layers(setup))
+                           _main_layers(setup))
     with np.errstate(divide="ignore", invalid="ignore"):
         ttft = np.where(load < 1, P["prefill_s"][p] / (1 - load), np.inf) + xfer
     cards_used = n_p * P["size"][p] + n_d * D["size"][d]
@@ -313,7 +313,7 @@ def evaluate(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> pd.Dat
     return df
 
 
-def load_layers(setup: Setup) -> int:
+def _main_layers(setup: Setup) -> int:
     """Main-model layers, over which a layer-wise KV send is spread."""
     return load_config(setup.model).num_hidden_layers
 
@@ -326,7 +326,7 @@ def evaluate_loop(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> p
     usable = _usable(setup)
     lnk = link(setup.bandwidth_bytes_per_s, setup.transfer_fixed_s)
     xfer_bytes = float(seq_kv_bytes(setup, work.prompt_tokens))
-    layers = load_layers(setup)
+    layers = _main_layers(setup)
     rows = []
     for i in range(c["p"].size):
         p, d = p_sides[int(c["p"][i])], d_sides[int(c["d"][i])]

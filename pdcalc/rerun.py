@@ -102,6 +102,27 @@ def book_root() -> Path | None:
     return None
 
 
+def toc_entries(toc: dict) -> list[str]:
+    """Every ``file:`` entry of a parsed Jupyter Book 1 ``_toc.yml`` (the root first), without suffix."""
+    entries: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("file"), str):
+                entries.append(node["file"])
+            for key, value in node.items():
+                if key != "file":
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    if isinstance(toc.get("root"), str):
+        entries.append(toc["root"])
+    walk({k: v for k, v in toc.items() if k != "root"})
+    return entries
+
+
 def chapters() -> dict[str, Path]:
     """The notebook chapters of the book, name (file stem) -> path, in table-of-contents order.
 
@@ -115,23 +136,8 @@ def chapters() -> dict[str, Path]:
     if root is None:
         return {}
     toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8")) or {}
-    entries: list[str] = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("file"), str):
-                entries.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    if isinstance(toc.get("root"), str):
-        entries.append(toc["root"])
-    walk({k: v for k, v in toc.items() if k != "root"})
     out: dict[str, Path] = {}
-    for entry in entries:
+    for entry in toc_entries(toc):
         path = root / (entry + ".ipynb")
         if path.is_file():
             out[Path(entry).name] = path

@@ -744,6 +744,24 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
                     usable_bytes_per_card=c.usable_base_bytes, **out)
 
 
+def layer_times(model, card, *, tp: int, context: int, concurrency: int, phase: str, quant: str = "w8a8",
+                mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU, comm_eff: float = DEFAULT_COMM_EFF,
+                overlap: bool = False) -> tuple[float, float]:
+    """Compute time and TP all-reduce time of one layer of one TP group, for the same tokens: the step's
+    compute over its layers (:func:`step`, ``dp = 1``) and :func:`tp_allreduce_per_layer` with
+    :data:`DEFAULT_ALLREDUCES_PER_LAYER` all-reduces of all the step's tokens.
+
+    .. math:: t_\\text{compute} = \\frac{t_\\text{compute, step}}{n_\\text{layers}}, \\qquad
+       t_\\text{AR} = t_\\text{AR}(T), \\quad T = S \\cdot (L \\text{ in prefill}, 1 \\text{ in decode})
+    """
+    st = step(model, card, tp=tp, dp=1, context=context, concurrency=concurrency, phase=phase, quant=quant, mfu=mfu,
+              mbu=mbu, comm_eff=comm_eff, overlap=overlap)
+    tokens = concurrency * (context if _check_phase(phase) == "prefill" else 1)
+    _, ar = tp_allreduce_per_layer(model, get_card(card), tokens=tokens, tp=tp, comm_eff=comm_eff,
+                                   allreduces=DEFAULT_ALLREDUCES_PER_LAYER)
+    return float(st.compute_s) / _split(model).layers, float(ar)
+
+
 # ------------------------------------------------------------------------------ published measurements
 @dataclass(frozen=True)
 class PublishedRun:

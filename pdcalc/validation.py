@@ -369,10 +369,16 @@ def _kv_budget(mid: str, scheme) -> Prediction:
                                    "from the same log line."), band=band)
 
 
+#: Tokens in the ktransformers/SGLang MLA pool ("--max-total-tokens 10000"; the log's "#tokens: 10000").
+KTRANSFORMERS_TOKENS = 10_000
+
+#: The band shaded around 1 in :func:`ratio_chart`.
+CHART_BAND = (0.9, 1.1)
+
+
 def _ktransformers(mid: str) -> Prediction:
     m = reg.get(mid)
-    tokens = 10000                                  # "--max-total-tokens 10000"; the log's "#tokens: 10000"
-    b = kv_bytes("deepseek-v3", tokens, "reference", include_mtp=False).total_bytes
+    b = kv_bytes("deepseek-v3", KTRANSFORMERS_TOKENS, "reference", include_mtp=False).total_bytes
     return Prediction(id=mid, predicted=b, low=b, high=b, layout=f"TP{m.tp}; latent replicated on each rank",
                       function="pdcalc.kv_cache.kv_bytes (engine 'reference': one contiguous BF16 row per token)",
                       assumptions=("SGLang's MLA pool keeps one BF16 row of kv_lora_rank + rope = 576 values per "
@@ -629,7 +635,7 @@ def kv_budget_table(scheme: str | None = None) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ chart
-def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] = (0.9, 1.1)):
+def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] = CHART_BAND):
     """Predicted / measured per measurement on a log scale: a point at the prediction, a bar over the range
     of candidates, a shaded band around 1 (``band``), one colour per quantity. ``df``: :func:`table`."""
     import altair as alt
@@ -745,8 +751,9 @@ def error_summary(df: pd.DataFrame) -> pd.DataFrame:
 _ARTICLE_CASES = (
     ("V4 article: weights on a P card (EP8, W8A8)", "v4-6.2-p-weight-card", 1e9, 1,
      "vllm-ascend-13439-v4flash-weights-per-card"),
-    ("V3 article: MLA cache of 10,000 tokens, BF16 (its per-token figure x 10,000)", "v3-2.3.1-kv-mla-per-token",
-     2**20, 10_000, "sglang-ktransformers-1804-v3-bf16-kv-10000-tokens"),
+    (f"V3 article: MLA cache of {KTRANSFORMERS_TOKENS:,} tokens, BF16 (its per-token figure x "
+     f"{KTRANSFORMERS_TOKENS:,})", "v3-2.3.1-kv-mla-per-token", 2**20, KTRANSFORMERS_TOKENS,
+     "sglang-ktransformers-1804-v3-bf16-kv-10000-tokens"),
 )
 
 

@@ -91,3 +91,15 @@ def test_hybrid_attention_errors():
         hybrid_attention_flops("deepseek-v3", 100)
     with pytest.raises(LayoutError, match="phase"):
         hybrid_attention_flops(V4, 100, phase="train")
+
+
+def test_prefill_compute_seconds_splits_matmul_and_attention_peaks():
+    from pdcalc.flops import prefill_compute_seconds
+    from pdcalc.hardware import get_card
+
+    f, dev = prefill_flops(V4, 8000), get_card("ascend-910b2")
+    t = prefill_compute_seconds(V4, "ascend-910b2", 8000, mfu=0.3)
+    expected = f["matmul"] / (0.3 * dev.flops("int8")) + (f["attention"] + f["indexer"]) / (0.3 * dev.flops("bf16"))
+    assert t == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(LayoutError):
+        prefill_compute_seconds(V4, "ascend-910b2", 8000, mfu=0)

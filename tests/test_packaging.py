@@ -100,21 +100,9 @@ def test_core_dependencies_are_light(pyproject):
 
 
 def _toc_entries(toc: dict) -> list[str]:
-    found = [toc["root"]]
+    from pdcalc.rerun import toc_entries
 
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for key, value in node.items():
-                if key != "file":
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk({k: v for k, v in toc.items() if k != "root"})
-    return found
+    return toc_entries(toc)
 
 
 def test_toc_lists_only_existing_files(toc):

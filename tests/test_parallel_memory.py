@@ -119,3 +119,11 @@ def test_card_plan_is_weights_plus_parts_against_visible_memory():
     assert p.total_bytes == pytest.approx(w.total_bytes + 9e9, rel=1e-12)
     assert p.usable_bytes == pytest.approx(0.9 * get_card("ascend-910b2").usable_base_bytes, rel=1e-12)
     assert p.capacity_bytes == get_card("ascend-910b2").usable_base_bytes
+
+
+def test_room_bytes_is_usable_minus_the_other_parts():
+    from pdcalc.memory import memory_plan
+
+    p = memory_plan("D", usable_bytes=57.6e9, capacity_bytes=64e9, weights=14e9, kv_cache=40e9, activations=2e9)
+    assert p.room_bytes() == pytest.approx(57.6e9 - 14e9 - 2e9, rel=1e-12)
+    assert p.room_bytes("weights") == pytest.approx(57.6e9 - 40e9 - 2e9, rel=1e-12)

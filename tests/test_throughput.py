@@ -477,3 +477,15 @@ def test_engine_names_are_checked():
     assert ref == th.step(V3, "ascend-910b2", **kw)
     with pytest.raises(ConfigError, match="indexer"):
         th.indexer_allreduce_per_layer(V3, "ascend-910b2", context=1024, sequences=1, tp=8)
+
+
+def test_layer_times_are_the_step_compute_and_the_allreduce_of_the_same_tokens():
+    from pdcalc import throughput as tput
+    from pdcalc.hardware import get_card
+
+    compute, ar = tput.layer_times("deepseek-v3", "ascend-910b2", tp=8, context=2048, concurrency=80, phase="prefill")
+    st = tput.step("deepseek-v3", "ascend-910b2", tp=8, dp=1, context=2048, concurrency=80, phase="prefill")
+    _, ar_direct = tput.tp_allreduce_per_layer("deepseek-v3", get_card("ascend-910b2"), tokens=80 * 2048, tp=8,
+                                               allreduces=tput.DEFAULT_ALLREDUCES_PER_LAYER)
+    assert compute == pytest.approx(float(st.compute_s) / load_config("deepseek-v3").num_hidden_layers, rel=1e-12)
+    assert ar == pytest.approx(ar_direct, rel=1e-12)

@@ -56,21 +56,9 @@ def toc_files(toc: Path = REPO / "_toc.yml") -> list[str]:
     """Return every ``file:`` entry of a Jupyter Book 1 ``_toc.yml`` (root first), without suffix."""
     import yaml
 
-    data = yaml.safe_load(toc.read_text(encoding="utf-8"))
-    found: list[str] = [data["root"]]
+    from pdcalc.rerun import toc_entries
 
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk({k: v for k, v in data.items() if k != "root"})
-    return found
+    return toc_entries(yaml.safe_load(toc.read_text(encoding="utf-8")))
 
 
 def toc_notebooks(toc: Path = REPO / "_toc.yml") -> list[Path]:

@@ -9,15 +9,15 @@ activations and framework overhead as it states them, against 64 GB x 0.9 = 57.6
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
-from pdcalc.audit.architecture import _class_ii_why, article_class_ii
-from pdcalc.audit.per_card import D_EP, P_EP, _card_why, _dep, article_card, article_usable_gb
+from pdcalc.audit.architecture import _class_ii_why
+from pdcalc.audit.per_card import (D_EP, P_EP, _card_why, _dep, art_hbm_gb, art_ii_gb, article_card,
+                                   article_usable_gb, class_ii_gb, experts_card, routed_card_gb, weight_card_gb)
 from pdcalc.claims import _REGISTRY, printed_value, recomputes
-from pdcalc.kv_cache import article_kv_bytes, mla_bytes_per_token  # noqa: F401  (re-exported for chapters)
+from pdcalc.kv_cache import article_kv_bytes
 from pdcalc.memory import MemoryPlan, memory_plan
 from pdcalc.model import load_config
-from pdcalc.parallel import place_experts
 from pdcalc.units import GB, KB
 
 _BEFORE = set(_REGISTRY)
@@ -72,7 +72,8 @@ def _upper_why():
     c = _v4()
     return (f"{c.num_hidden_layers} layers x {_entry_kb() * KB:,.0f} B = {c.num_hidden_layers * _entry_kb():.1f} "
             f"KB per token would be the bound for an uncompressed BF16 cache (the RoPE part is inside the entry), "
-            f"not 86 KB. By coincidence that bound is the article's own 'conservative estimate' of 44 KB.")
+            f"not {printed_value('v4-6.1-kv-upper'):g} KB. By coincidence that bound is the article's own "
+            f"'conservative estimate' of {kb_per_token():g} KB.")
 
 
 recomputes("v4-6.1-kv-upper", method="official config: layers x head_dim x 2 B, KB", why=_upper_why)(
@@ -85,17 +86,18 @@ def p_kv_gb() -> float:
     return article_kv_gb(1, printed_value("v4-6.2-batched-tokens"))
 
 
-def article_parts(side: str, kv_gb: float) -> dict:
-    """The article's parts of one card's memory, GB: weights (own shapes), KV, activations, framework."""
-    ep, sec = (P_EP, "6.2-p") if side == "p" else (D_EP, "6.3-d")
-    return {"weights": article_card(ep).total_bytes / GB, "kv_cache": kv_gb,
+def article_parts(side: str, kv_gb: float, ep: int | None = None) -> dict:
+    """The article's parts of one card's memory, GB: weights (own shapes, EP group ``ep``, default the
+    side's), KV, activations, framework."""
+    side_ep, sec = (P_EP, "6.2-p") if side == "p" else (D_EP, "6.3-d")
+    return {"weights": article_card(ep or side_ep).total_bytes / GB, "kv_cache": kv_gb,
             "activations": printed_value(f"v4-{sec}-act"), "framework": printed_value(f"v4-{sec}-framework")}
 
 
-def article_plan(side: str, kv_gb: float, label: str = "") -> MemoryPlan:
+def article_plan(side: str, kv_gb: float, label: str = "", ep: int | None = None) -> MemoryPlan:
     """The article's memory plan of a P (``side="p"``) or D card with ``kv_gb`` of KV cache, in bytes;
     percentages are of its 64 GB."""
-    parts = {k: v * GB for k, v in article_parts(side, kv_gb).items()}
+    parts = {k: v * GB for k, v in article_parts(side, kv_gb, ep).items()}
     return memory_plan(label or side.upper(), usable_bytes=article_usable_gb() * GB,
                        capacity_bytes=printed_value("v4-6.2-card-hbm") * GB, **parts)
 
@@ -110,7 +112,7 @@ def _sum_why(plan_fn, printed_parts: tuple[str, ...], what: str):
         parts = " + ".join(f"{v / GB:.2f}" for v in plan.parts.values())
         printed = sum(printed_value(i) for i in printed_parts)
         return (f"Its printed parts add up ({printed:.1f}); recomputed from its own inputs the {what} is {parts} = "
-                f"{plan.total_bytes / GB:.2f} GB: the weights carry the 5.9 GB class-II error"
+                f"{plan.total_bytes / GB:.2f} GB: the weights carry the {art_ii_gb():g} GB class-II error"
                 + ".")
     return why
 
@@ -119,30 +121,31 @@ recomputes("v4-6.2-usable-mem", "v4-6.3-usable-mem", method="the article's 64 x 
     article_usable_gb)
 recomputes("v4-6.2-p-weight-card", "v4-6.4-p-weight-card", "v4-6.5-p-weight-card",
            method="card_weights(article, 1 B, ep=8).total_bytes, GB", why=_card_why("p"))(
-    lambda: article_card(P_EP).total_bytes / GB)
+    partial(weight_card_gb, P_EP))
 recomputes("v4-6.3-d-weight-card", "v4-6.4-d-weight-card", "v4-6.5-d-weight-card",
            method="card_weights(article, 1 B, ep=32).total_bytes, GB", why=_card_why("d"))(
-    lambda: article_card(D_EP).total_bytes / GB)
+    partial(weight_card_gb, D_EP))
 recomputes("v4-6.2-p-experts-card", method="place_experts(256, 8): experts on the fullest card")(
-    lambda: place_experts(256, P_EP).max_experts_per_card)
+    partial(experts_card, P_EP))
 recomputes("v4-6.3-d-experts-card", "v4-6.5-d-experts-card",
            method="place_experts(256, 32): experts on the fullest card")(
-    lambda: place_experts(256, D_EP).max_experts_per_card)
+    partial(experts_card, D_EP))
 recomputes("v4-6.2-p-routed-card", "v4-6.4-p-routed-card", method="card_weights(article, 1 B, ep=8).class_i_bytes, GB")(
-    lambda: article_card(P_EP).class_i_bytes / GB)
+    partial(routed_card_gb, P_EP))
 recomputes("v4-6.3-d-routed-card", "v4-6.4-d-routed-card",
-           method="card_weights(article, 1 B, ep=32).class_i_bytes, GB")(lambda: article_card(D_EP).class_i_bytes / GB)
+           method="card_weights(article, 1 B, ep=32).class_i_bytes, GB")(partial(routed_card_gb, D_EP))
 recomputes("v4-6.2-nonsplit-bytes", "v4-6.3-nonsplit-bytes", "v4-6.4-p-nonsplit", "v4-6.4-d-nonsplit",
            method="article shapes: class-II bytes per card (1 B per parameter), GB", why=_class_ii_why)(
-    lambda: article_class_ii() / GB)
+    class_ii_gb)
 recomputes("v4-6.4-routed-ratio", method="P / D routed-expert bytes per card")(
-    lambda: article_card(P_EP).class_i_bytes / article_card(D_EP).class_i_bytes)
+    lambda: routed_card_gb(P_EP) / routed_card_gb(D_EP))
 recomputes("v4-6.4-nonsplit-ratio", method="P / D class-II bytes per card (replicated)")(
     lambda: article_card(P_EP).class_ii_bytes / article_card(D_EP).class_ii_bytes)
 recomputes("v4-6.4-weight-ratio", method="P / D total weight per card (article shapes)",
            why=lambda: f"With the article's own class II the ratio is "
-                       f"{article_card(P_EP).total_bytes / article_card(D_EP).total_bytes:.2f}, not 2.78.")(
-    lambda: article_card(P_EP).total_bytes / article_card(D_EP).total_bytes)
+                       f"{article_card(P_EP).total_bytes / article_card(D_EP).total_bytes:.2f}, not "
+                       f"{printed_value('v4-6.4-weight-ratio'):g}.")(
+    lambda: weight_card_gb(P_EP) / weight_card_gb(D_EP))
 
 recomputes("v4-6.2-p-kv", "v4-6.4-p-kv", "v4-6.5-p-kv", method="article: 4096 tokens x 44 KB (1 KB = 1000 B), GB")(
     p_kv_gb)
@@ -153,8 +156,8 @@ recomputes("v4-6.2-p-used", "v4-6.4-p-total", method="article parts: weights (ow
            why=_sum_why(p_plan, ("v4-6.2-p-weight-card", "v4-6.2-p-kv", "v4-6.2-p-act", "v4-6.2-p-framework"),
                         "P total"))(lambda: p_plan().total_bytes / GB)
 recomputes("v4-6.2-p-free", method="article: 57.6 - P total, GB",
-           why=lambda: f"57.6 - {p_plan().total_bytes / GB:.2f} = {p_plan().free_bytes / GB:.2f} GB: the P total "
-                       f"carries the 5.9 GB class-II error.")(lambda: p_plan().free_bytes / GB)
+           why=lambda: f"{article_usable_gb():g} - {p_plan().total_bytes / GB:.2f} = {p_plan().free_bytes / GB:.2f} GB: "
+                       f"the P total carries the {art_ii_gb():g} GB class-II error.")(lambda: p_plan().free_bytes / GB)
 
 
 # ---- §6.3 D card scenarios ---------------------------------------------------------------------------
@@ -195,8 +198,8 @@ def _kv_why(name: str, claim_id: str | None = None):
         k = s.context_tokens // 1024
         printed = printed_value(claim_id or s.printed_kv_id)
         as_1000 = article_kv_gb(s.seqs, k * 1000)
-        return (f"Unit slip: {s.seqs} x {s.context_tokens:,} x 44 KB = {scenario_kv_gb(name):.2f} GB; the printed "
-                f"{printed} GB follows {s.seqs} x {k * 1000:,} x 44 KB = {as_1000:.2f} GB, i.e. {k}K read as "
+        return (f"Unit slip: {s.seqs} x {s.context_tokens:,} x {kb_per_token():g} KB = {scenario_kv_gb(name):.2f} GB; the printed "
+                f"{printed} GB follows {s.seqs} x {k * 1000:,} x {kb_per_token():g} KB = {as_1000:.2f} GB, i.e. {k}K read as "
                 f"{k * 1000:,} tokens while the formula prints {s.context_tokens:,}.")
     return why
 
@@ -211,9 +214,9 @@ def _total_why(name: str):
     def why():
         p = d_plan(name)
         parts = " + ".join(f"{v / GB:.2f}" for v in p.parts.values())
-        over = (f" Over the {p.usable_bytes / GB:.1f} GB that utilisation 0.9 allows by {-p.free_bytes / GB:.2f} GB."
+        over = (f" Over the {p.usable_bytes / GB:.1f} GB that utilisation {printed_value('v4-6.2-mem-util'):g} allows by {-p.free_bytes / GB:.2f} GB."
                 if not p.fits else "")
-        return (f"From its own inputs: {parts} = {p.total_bytes / GB:.2f} GB; the weights carry the 5.9 GB "
+        return (f"From its own inputs: {parts} = {p.total_bytes / GB:.2f} GB; the weights carry the {art_ii_gb():g} GB "
                 f"class-II error and the printed KV reads 'K' as 1000 tokens." + over)
     return why
 
@@ -256,10 +259,10 @@ recomputes("v4-6.4-total-ratio-b", method="article: P total / D total (scenario 
 
 
 def _util_why():
-    return (f"Percent of 64 GB, not of the 57.6 GB budget: P {p_plan().total_bytes / GB:.2f} GB is "
+    return (f"Percent of {art_hbm_gb():g} GB, not of the {article_usable_gb():g} GB budget: P {p_plan().total_bytes / GB:.2f} GB is "
             f"{100 * p_plan().total_bytes / p_plan().capacity_bytes:.1f}%, D scenario B "
             f"{d_plan('B').total_bytes / GB:.2f} GB is {100 * d_plan('B').total_bytes / d_plan('B').capacity_bytes:.1f}% "
-            f"of 64 GB but {100 * d_plan('B').total_bytes / d_plan('B').usable_bytes:.1f}% of what the engine may use.")
+            f"of {art_hbm_gb():g} GB but {100 * d_plan('B').total_bytes / d_plan('B').usable_bytes:.1f}% of what the engine may use.")
 
 
 recomputes("v4-6.4-p-util", method="article: P total / 64 GB, %", why=_util_why)(
@@ -278,10 +281,11 @@ def _pct_why(side, key):
         share = 100 * plan.shares()[_P_PCT[key]]
         if key == "free" and side == "d":
             return (f"Scenario B needs {plan.total_bytes / GB:.2f} GB, more than the {plan.usable_bytes / GB:.1f} GB "
-                    f"that utilisation 0.9 allows: nothing is free ({share:.1f}% of 64 GB). The printed 5% is 64 GB "
+                    f"that utilisation {printed_value('v4-6.2-mem-util'):g} allows: nothing is free ({share:.1f}% of "
+                    f"{art_hbm_gb():g} GB). The printed {printed_value('v4-6.5-d-free-pct'):g}% is {art_hbm_gb():g} GB "
                     f"minus the total, i.e. the 10% the engine keeps back counted as free; P's 21% is taken "
-                    f"against 57.6 GB instead.")
-        return f"{share:.1f}% of 64 GB from the recomputed parts (weights carry the class-II error)."
+                    f"against {article_usable_gb():g} GB instead.")
+        return f"{share:.1f}% of {art_hbm_gb():g} GB from the recomputed parts (weights carry the class-II error)."
     return why
 
 
@@ -305,7 +309,7 @@ def d_kv_space_gb() -> float:
 
 
 recomputes("v4-6.5-d-kv-space", method="article: 57.6 - D weights (own shapes), GB",
-           why=lambda: f"57.6 - {article_card(D_EP).total_bytes / GB:.2f} = {d_kv_space_gb():.2f} GB; the "
+           why=lambda: f"{article_usable_gb():g} - {article_card(D_EP).total_bytes / GB:.2f} = {d_kv_space_gb():.2f} GB; the "
                        f"activations and framework ({_d_overhead_gb():.1f} GB by §6.3) are not subtracted, which "
                        f"leaves {d_kv_space_gb() - _d_overhead_gb():.2f} GB for KV.")(d_kv_space_gb)
 recomputes("v4-6.5-p-instances", method="published deployment: prefill instances")(

@@ -33,16 +33,19 @@ def _k128():
 
 def _why_128k():
     k = _k128() // 1024
-    return (f"128K = {_k128():,} tokens x 44 KB = {article_transfer_bytes(_k128()) / GB:.2f} GB; the printed 5.6 GB "
-            f"is {k * 1000:,} x 44 KB = {article_transfer_bytes(k * 1000) / GB:.2f} GB (128K read as {k * 1000:,}).")
+    kb = kb_per_token()
+    return (f"{k}K = {_k128():,} tokens x {kb:g} KB = {article_transfer_bytes(_k128()) / GB:.2f} GB; the printed "
+            f"{printed_value('v4-7.2-kv-transfer-128k'):g} GB is {k * 1000:,} x {kb:g} KB = "
+            f"{article_transfer_bytes(k * 1000) / GB:.2f} GB ({k}K read as {k * 1000:,}).")
 
 
 recomputes("v4-7.2-kv-transfer-128k", method="article: 128K tokens x 44 KB, GB", why=_why_128k)(
     lambda: article_transfer_bytes(_k128()) / GB)
 recomputes("v4-7.2-latency-128k", method="article: 128K x 44 KB / 18 GB/s, ms",
-           why=lambda: f"{article_transfer_bytes(_k128()) / GB:.2f} GB / 18 GB/s = {article_transfer_ms(_k128()):.0f} "
-                       f"ms; the printed ~310 ms follows the 5.6 GB that reads 128K as "
-                       f"{_k128() // 1024 * 1000:,} tokens.")(lambda: article_transfer_ms(_k128()))
+           why=lambda: f"{article_transfer_bytes(_k128()) / GB:.2f} GB / {printed_value('v4-7.2-eff-bw'):g} GB/s = "
+                       f"{article_transfer_ms(_k128()):.0f} ms; the printed ~{printed_value('v4-7.2-latency-128k'):g} "
+                       f"ms follows the {printed_value('v4-7.2-kv-transfer-128k'):g} GB that reads {_k128() // 1024}K "
+                       f"as {_k128() // 1024 * 1000:,} tokens.")(lambda: article_transfer_ms(_k128()))
 
 #: The article sections this chapter covers (exact section names, per article).
 SECTIONS = {"v4": ("7.1", "7.2")}

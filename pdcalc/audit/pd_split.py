@@ -4,18 +4,18 @@
 from __future__ import annotations
 
 from pdcalc.audit import budgets as b
-from pdcalc.audit.architecture import _class_ii_why, _total_why, article_class_ii
+from functools import partial
+
+from pdcalc.audit.architecture import _class_ii_why, _total_why
 from pdcalc.audit.architecture import _p as _params
-from pdcalc.audit.per_card import D_EP, P_EP, _card_why, _dep, article_card, article_usable_gb
+from pdcalc.audit.per_card import (D_EP, P_EP, _card_why, _dep, art_ii_gb, article_usable_gb, class_ii_gb,
+                                   experts_card, routed_card_gb)
+from pdcalc.audit.per_card import weight_card_gb as _w
 from pdcalc.claims import _REGISTRY, printed_value, recomputes
-from pdcalc.parallel import place_experts
 from pdcalc.units import GB
 
 _BEFORE = set(_REGISTRY)
 
-
-def _w(ep: int) -> float:
-    return article_card(ep).total_bytes / GB
 
 
 recomputes("v4-abstract-total-cards", method="published deployment: servers x cards per server")(
@@ -25,18 +25,18 @@ recomputes("v4-abstract-total-cards", method="published deployment: servers x ca
 recomputes("v4-8.1-total-bytes", method="article: every tensor x 1 B, GB", why=_total_why)(
     lambda: _params(b.V4 + "-article") / GB)
 recomputes("v4-8.1-routed-bytes", "v4-8.2-routed-bytes", method="article shapes x 1 B: all routed experts, GB")(
-    lambda: article_card(1).class_i_bytes / GB)
+    partial(routed_card_gb, 1))
 recomputes("v4-8.1-nonsplit-bytes", "v4-8.2-nonsplit-bytes",
            method="article shapes: class-II bytes per card (1 B per parameter), GB", why=_class_ii_why)(
-    lambda: article_class_ii() / GB)
+    class_ii_gb)
 recomputes("v4-8.1-p-experts-card", method="place_experts(256, 8): experts on the fullest card")(
-    lambda: place_experts(256, P_EP).max_experts_per_card)
+    partial(experts_card, P_EP))
 recomputes("v4-8.1-d-experts-card", method="place_experts(256, 32): experts on the fullest card")(
-    lambda: place_experts(256, D_EP).max_experts_per_card)
+    partial(experts_card, D_EP))
 recomputes("v4-8.1-p-routed-card", "v4-8.2-p-routed-card",
-           method="card_weights(article, 1 B, ep=8).class_i_bytes, GB")(lambda: article_card(P_EP).class_i_bytes / GB)
+           method="card_weights(article, 1 B, ep=8).class_i_bytes, GB")(partial(routed_card_gb, P_EP))
 recomputes("v4-8.1-d-routed-card", "v4-8.2-d-routed-card",
-           method="card_weights(article, 1 B, ep=32).class_i_bytes, GB")(lambda: article_card(D_EP).class_i_bytes / GB)
+           method="card_weights(article, 1 B, ep=32).class_i_bytes, GB")(partial(routed_card_gb, D_EP))
 recomputes("v4-8.1-p-weight-card", "v4-8.2-p-weight-card", method="card_weights(article, 1 B, ep=8).total_bytes, GB",
            why=_card_why("p"))(lambda: _w(P_EP))
 recomputes("v4-8.1-d-weight-card", "v4-8.2-d-weight-card",
@@ -63,15 +63,16 @@ def _free_kv(ep: int) -> float:
 
 
 recomputes("v4-8.2-weight-ratio", method="P / D total weight per card (article shapes)",
-           why=lambda: f"With the article's own class II the ratio is {_w(P_EP) / _w(D_EP):.2f}, not 2.78.")(
+           why=lambda: f"With the article's own class II the ratio is {_w(P_EP) / _w(D_EP):.2f}, not "
+                       f"{printed_value('v4-8.2-weight-ratio'):g}.")(
     lambda: _w(P_EP) / _w(D_EP))
 recomputes("v4-8.2-kv-space-ratio", method="article: (57.6 - P weights) / (57.6 - D weights)")(
     lambda: _free_kv(P_EP) / _free_kv(D_EP))
 recomputes("v4-8.2-p-overhead", method="article: P KV + activations + framework, GB")(
     lambda: b.p_plan().total_bytes / GB - _w(P_EP))
 recomputes("v4-8.2-p-free", method="article: 57.6 - P total, GB",
-           why=lambda: f"57.6 - {b.p_plan().total_bytes / GB:.2f} = {b.p_plan().free_bytes / GB:.2f} GB: the P total "
-                       f"carries the 5.9 GB class-II error.")(lambda: b.p_plan().free_bytes / GB)
+           why=lambda: f"{article_usable_gb():g} - {b.p_plan().total_bytes / GB:.2f} = {b.p_plan().free_bytes / GB:.2f} "
+                       f"GB: the P total carries the {art_ii_gb():g} GB class-II error.")(lambda: b.p_plan().free_bytes / GB)
 recomputes("v4-8.2-d-kv-a", method="article: scenario A KV per D card, GB", why=b._kv_why("A", "v4-8.2-d-kv-a"))(
     lambda: b.scenario_kv_gb("A"))
 recomputes("v4-8.2-d-overhead", method="article: D activations + framework, GB")(b._d_overhead_gb)
@@ -80,7 +81,7 @@ recomputes("v4-8.2-d-total-a", method="article: D weights + scenario A KV + 2.0 
 recomputes("v4-8.2-d-util-a", method="article: D total (scenario A) / 64 GB, %")(
     lambda: 100 * b.d_plan("A").total_bytes / b.d_plan("A").capacity_bytes)
 recomputes("v4-8.2-d-free-a", method="article: 57.6 - D total (scenario A), GB",
-           why=lambda: f"57.6 - {b.d_plan('A').total_bytes / GB:.2f} = {b.d_plan('A').free_bytes / GB:.2f} GB.")(
+           why=lambda: f"{article_usable_gb():g} - {b.d_plan('A').total_bytes / GB:.2f} = {b.d_plan('A').free_bytes / GB:.2f} GB.")(
     lambda: b.d_plan("A").free_bytes / GB)
 recomputes("v4-8.2-d-total-b", method="article: D weights + scenario B KV + 2.0 + 2.0, GB", why=b._total_why("B"))(
     lambda: b.d_plan("B").total_bytes / GB)
@@ -89,6 +90,14 @@ recomputes("v4-8.2-d-util-b", method="article: D total (scenario B) / 64 GB, %",
 
 
 # ---- §8.3 the decision tree -----------------------------------------------------------------------
+def _d16() -> int:
+    return printed_value("v4-8.3-d-dp16")
+
+
+def _d32() -> int:
+    return printed_value("v4-8.3-d-dp32")
+
+
 def p_cards() -> int:
     """Cards on the prefill side of the deployment."""
     return _dep()["servers"] // 2 * _dep()["cards_per_server"]
@@ -97,7 +106,7 @@ def p_cards() -> int:
 for _side, _dp in (("p", 4), ("p", 8), ("p", 16), ("d", 16), ("d", 32)):
     _cid = f"v4-8.3-{_side}-dp{_dp}"
     recomputes(f"{_cid}-experts", method="place_experts(256, dp): experts on the fullest card")(
-        (lambda c: lambda: place_experts(256, printed_value(c)).max_experts_per_card)(_cid))
+        (lambda c: lambda: experts_card(printed_value(c)))(_cid))
     _why = ""
     if _dp == 8:
         _why = _card_why("p")
@@ -108,11 +117,12 @@ for _side, _dp in (("p", 4), ("p", 8), ("p", 16), ("d", 16), ("d", 32)):
 
 recomputes("v4-8.3-p-dp16-instances", method="prefill cards / 16")(lambda: p_cards() // printed_value("v4-8.3-p-dp16"))
 recomputes("v4-8.3-d-dp16-kv", method="article: 57.6 - weights at D dp=16, GB (the rule of the dp=32 branch)",
-           why=lambda: f"By the rule of the dp=32 branch (57.6 GB minus weights) dp=16 leaves "
-                       f"{_free_kv(16):.2f} GB, not ~32; after the {b._d_overhead_gb():.1f} GB of activations and "
-                       f"framework of §6.3 it is {_free_kv(16) - b._d_overhead_gb():.2f} GB.")(lambda: _free_kv(16))
+           why=lambda: f"By the rule of the dp={_d32()} branch ({article_usable_gb():g} GB minus weights) dp={_d16()} "
+                       f"leaves {_free_kv(_d16()):.2f} GB, not ~{printed_value('v4-8.3-d-dp16-kv'):g}; after the "
+                       f"{b._d_overhead_gb():.1f} GB of activations and framework of §6.3 it is "
+                       f"{_free_kv(_d16()) - b._d_overhead_gb():.2f} GB.")(lambda: _free_kv(_d16()))
 recomputes("v4-8.3-d-dp32-kv", method="article: 57.6 - weights at D dp=32, GB",
-           why=lambda: f"57.6 - {_w(D_EP):.2f} = {_free_kv(D_EP):.2f} GB on the article's own shapes.")(
+           why=lambda: f"{article_usable_gb():g} - {_w(D_EP):.2f} = {_free_kv(D_EP):.2f} GB on the article's own shapes.")(
     lambda: _free_kv(D_EP))
 recomputes("v4-8.3-d-dp64-cards", method="one D instance of dp=64 x tp=1")(
     lambda: printed_value("v4-8.3-d-dp64") * _dep()["decode_tp"])

@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 
 from pdcalc.audit.architecture import _class_ii_why, article_class_ii
 from pdcalc.claims import _REGISTRY, printed_value, recomputes
 from pdcalc.deployment import get_deployment
 from pdcalc.hardware import get_card
+from pdcalc.inventory import get_inventory
 from pdcalc.memory import card_weights
 from pdcalc.parallel import dispatch, place_experts
 from pdcalc.units import GB
@@ -32,12 +33,47 @@ def article_card(ep: int):
     return card_weights(V4A, "article-1byte", ep=ep)
 
 
+def art_hbm_gb() -> float:
+    """The card memory the V4 article computes with, its GB (§5.4)."""
+    return printed_value("v4-5.4-card-hbm")
+
+
+def art_ii_gb() -> float:
+    """The class-II figure the V4 article carries through its tables, GB (§5.4)."""
+    return printed_value("v4-5.4-nonsplit-bytes")
+
+
 def article_usable_gb() -> float:
     """The article's usable memory: its "64GB" x 0.9, in its GB."""
     return printed_value("v4-5.4-card-hbm") * printed_value("v4-5.4-mem-util")
 
 
 P_EP, D_EP = 8, 32
+
+
+def n_experts() -> int:
+    """Routed experts per layer, as the article states them (§4.2)."""
+    return printed_value("v4-4.2-routed-experts")
+
+
+def experts_card(ep: int) -> int:
+    """Routed experts per layer on the fullest card of an EP group of ``ep`` (vLLM's contiguous placement)."""
+    return place_experts(n_experts(), ep).max_experts_per_card
+
+
+def routed_card_gb(ep: int) -> float:
+    """The article's routed-expert (class I) weights on one card of an EP group of ``ep``, GB."""
+    return article_card(ep).class_i_bytes / GB
+
+
+def weight_card_gb(ep: int) -> float:
+    """The article's total weights on one card of an EP group of ``ep``, GB (its shapes, 1 B per parameter)."""
+    return article_card(ep).total_bytes / GB
+
+
+def class_ii_gb() -> float:
+    """The article's replicated (class II) weights per card, GB."""
+    return article_class_ii() / GB
 
 
 def _dep_field(field):
@@ -77,20 +113,20 @@ recomputes("v4-2.1-d-ep-size", "v4-2.2-d-ep-size", "v4-2.3-d-ep-size", "v4-4.2-d
 recomputes("v4-2.1-p-experts-card", "v4-2.2-p-experts-card", "v4-2.3-p-experts-card", "v4-4.2-p-experts-card",
            "v4-4.4-p-experts-card", "v4-5.3.3-p-experts-card", "v4-5.4-p-experts-card", "v4-5.5-p-experts-card",
            method="place_experts(256, 8): experts on the fullest card")(
-    lambda: place_experts(256, P_EP).max_experts_per_card)
+    partial(experts_card, P_EP))
 recomputes("v4-2.1-d-experts-card", "v4-2.2-d-experts-card", "v4-2.3-d-experts-card", "v4-4.2-d-experts-card",
            "v4-4.4-d-experts-card", "v4-5.3.4-d-experts-card", "v4-5.4-d-experts-card", "v4-5.5-d-experts-card",
            method="place_experts(256, 32): experts on the fullest card")(
-    lambda: place_experts(256, D_EP).max_experts_per_card)
+    partial(experts_card, D_EP))
 recomputes("v4-4.2-expert-id-range", method="first and last routed expert id")(lambda: (0, 255))
 recomputes("v4-5.3.3-p-card-last-offset", "v4-5.4-p-card-last-offset", method="experts per P card - 1")(
-    lambda: place_experts(256, P_EP).max_experts_per_card - 1)
+    lambda: experts_card(P_EP) - 1)
 recomputes("v4-5.3.4-d-card-last-offset", "v4-5.4-d-card-last-offset", method="experts per D card - 1")(
-    lambda: place_experts(256, D_EP).max_experts_per_card - 1)
+    lambda: experts_card(D_EP) - 1)
 
 
 def _range_of(ep, card):
-    held = place_experts(256, ep).cards[card]
+    held = place_experts(n_experts(), ep).cards[card]
     return (held[0], held[-1])
 
 
@@ -103,35 +139,56 @@ for _sec, _ep, _cards in (("4.4", 8, range(8)), ("4.4", 32, (0, 1, 2, 3, 4, 30, 
 
 
 # ---- §4.3 the AllToAll example
-_EXAMPLE = (10, 45, 100, 200, 230, 250)
+#: The article's example token (§4.3): it sits on P card 0 and its router picks these experts.
+EXAMPLE_EXPERTS = (10, 45, 100, 200, 230, 250)
+EXAMPLE_SRC_CARD = 0
 
 
-def _example():
-    return dispatch(place_experts(256, P_EP), list(_EXAMPLE), 0, 4096)
+def example_dispatch(n_routed: int | None = None, ep: int = P_EP, hidden: int | None = None):
+    """The §4.3 example token's AllToAll on an EP group of ``ep`` cards (the article's own sizes by default)."""
+    return dispatch(place_experts(n_routed or n_experts(), ep), list(EXAMPLE_EXPERTS), EXAMPLE_SRC_CARD,
+                    hidden or printed_value("v4-4.3-hidden-dim"))
 
 
-for _e in _EXAMPLE:
+def _local_expert_why(e: int):
+    def why():
+        per_card = place_experts(n_experts(), P_EP).max_experts_per_card
+        return (f"With {per_card} experts per card, expert {e} sits on card {e // per_card} ({e} // {per_card} = "
+                f"{e // per_card}), the token's own card: its FFN runs locally and never enters the AllToAll.")
+    return why
+
+
+def _local_why():
+    ex = example_dispatch()
+    remote = [c for c in ex.expert_cards if c != ex.src_card]
+    local = [e for e, c in zip(EXAMPLE_EXPERTS, ex.expert_cards) if c == ex.src_card]
+    return (f"Expert {', '.join(map(str, local))} is on card {ex.src_card} itself, so card {ex.src_card} sends "
+            f"{ex.copies_sent} copies (to cards {', '.join(map(str, remote))}) and gets {ex.copies_sent} back; a "
+            f"deduplicating dispatch such as DeepEP's sends once per card: {ex.cards_reached} cards.")
+
+
+for _e in EXAMPLE_EXPERTS:
+    _local = place_experts(n_experts(), P_EP).card_of(_e) == EXAMPLE_SRC_CARD
     recomputes(f"v4-4.3-card-of-expert-{_e}", method=f"place_experts(256, 8).card_of({_e})",
-               why=("With 32 experts per card, expert 10 sits on card 0 (10 // 32 = 0), the token's own card: "
-                    "its FFN runs locally and never enters the AllToAll." if _e == 10 else ""))(
-        (lambda e: lambda: place_experts(256, P_EP).card_of(e))(_e))
+               why=_local_expert_why(_e) if _local else "")(
+        (lambda e: lambda: place_experts(n_experts(), P_EP).card_of(e))(_e))
 
-_LOCAL_WHY = ("Expert 10 is on card 0 itself, so card 0 sends 5 copies (to cards 1, 1, 3, 6, 7, 7 minus the local "
-              "one) and gets 5 back; a deduplicating dispatch such as DeepEP's sends once per card: 4 cards.")
-recomputes("v4-4.3-sends", method="dispatch(...).copies_sent: remote experts of the example", why=_LOCAL_WHY)(
-    lambda: _example().copies_sent)
-recomputes("v4-4.3-receives", method="dispatch(...).copies_sent: combine mirrors dispatch", why=_LOCAL_WHY)(
-    lambda: _example().copies_sent)
-recomputes("v4-4.3-src-card", method="the example's source card")(lambda: _example().src_card)
+recomputes("v4-4.3-sends", method="dispatch(...).copies_sent: remote experts of the example", why=_local_why)(
+    lambda: example_dispatch().copies_sent)
+recomputes("v4-4.3-receives", method="dispatch(...).copies_sent: combine mirrors dispatch", why=_local_why)(
+    lambda: example_dispatch().copies_sent)
+recomputes("v4-4.3-src-card", method="the example's source card")(lambda: example_dispatch().src_card)
 recomputes("v4-4.5-alltoall-per-layer", method="one dispatch + one combine per MoE layer")(lambda: 2)
 
 
 # ---- §4.4, §5.3-5.5 per-card weights on the article's own shapes
 def _routed_total_why():
     exact = article_card(1).class_i_bytes
-    return (f"Arithmetic slip: 256 x 43 x 25,165,824 = {exact:,.0f}, not 277,071,310,848 "
-            f"({printed_value('v4-5.3.2-routed-params-exact') - exact:,.0f} too many); the per-card figures "
-            f"34.63 and 8.66 GB come out the same either way.")
+    printed = printed_value("v4-5.3.2-routed-params-exact")
+    return (f"Arithmetic slip: {n_experts()} x {printed_value('v4-5.3.2-layers')} x "
+            f"{printed_value('v4-1.4-expert-params'):,} = {exact:,.0f}, not {printed:,} ({printed - exact:,.0f} "
+            f"too many); the per-card figures {article_card(P_EP).class_i_bytes / GB:.2f} and "
+            f"{article_card(D_EP).class_i_bytes / GB:.2f} GB come out the same either way.")
 
 
 recomputes("v4-5.3.2-routed-params-exact", method="article shapes: 256 x 43 x 25,165,824",
@@ -140,29 +197,45 @@ recomputes("v4-5.3.2-routed-params", method="article shapes: 256 x 43 x 25,165,8
            why=_routed_total_why)(lambda: article_card(1).class_i_bytes / 1e9)
 recomputes("v4-5.3.2-routed-bytes", "v4-5.3.3-routed-bytes", "v4-5.3.4-routed-bytes",
            method="article shapes x 1 B: all routed experts, GB", why=_routed_total_why)(
-    lambda: article_card(1).class_i_bytes / GB)
+    partial(routed_card_gb, 1))
+def _expert_matrix() -> int:
+    """One SwiGLU matrix of an expert: d_model x d_ff as the article states them (§1.2)."""
+    return printed_value("v4-1.2-d-model") * printed_value("v4-1.2-d-ff")
+
+
+def _expert_matrices() -> int:
+    """Matrices per routed expert in the article's own architecture (gate and up stacked, down)."""
+    inv = get_inventory(V4A)
+    return sum(t.shape[0] if len(t.shape) == 3 else 1 for t in inv.tensors
+               if t.category == "routed_experts" and t.layer == 0)
+
+
+def _expert_params() -> int:
+    return _expert_matrices() * _expert_matrix()
+
+
 recomputes("v4-5.3.1-expert-gate", "v4-5.3.1-expert-up", "v4-5.3.1-expert-down", method="article: 4096 x 2048")(
-    lambda: 4096 * 2048)
-recomputes("v4-5.3.1-expert-params", method="article: 3 x 4096 x 2048")(lambda: 3 * 4096 * 2048)
+    _expert_matrix)
+recomputes("v4-5.3.1-expert-params", method="article: 3 x 4096 x 2048")(_expert_params)
 recomputes("v4-5.3.1-expert-params-m", "v4-5.3.2-expert-params-m", method="article: 3 x 4096 x 2048, M params")(
-    lambda: 3 * 4096 * 2048 / 1e6)
-recomputes("v4-5.3.1-expert-bytes", method="article: one expert x 1 B, GB")(lambda: 3 * 4096 * 2048 / GB)
-recomputes("v4-5.3.1-swiglu-matrices", method="gate, up, down")(lambda: 3)
+    lambda: _expert_params() / 1e6)
+recomputes("v4-5.3.1-expert-bytes", method="article: one expert x 1 B, GB")(lambda: _expert_params() / GB)
+recomputes("v4-5.3.1-swiglu-matrices", method="gate, up, down")(_expert_matrices)
 
 recomputes("v4-5.3.3-p-routed-card", "v4-5.4-p-routed-card", "v4-5.5-p-routed-card",
-           method="card_weights(article, 1 B, ep=8).class_i_bytes, GB")(lambda: article_card(P_EP).class_i_bytes / GB)
+           method="card_weights(article, 1 B, ep=8).class_i_bytes, GB")(partial(routed_card_gb, P_EP))
 recomputes("v4-4.4-p-routed-card", method="card_weights(article, 1 B, ep=8).class_i_bytes, GB",
            why="277.03 / 8 = 34.63 GB, which rounds to 34.6, not '~34.7'.")(
-    lambda: article_card(P_EP).class_i_bytes / GB)
+    partial(routed_card_gb, P_EP))
 recomputes("v4-4.4-d-routed-card", "v4-5.3.4-d-routed-card", "v4-5.4-d-routed-card", "v4-5.5-d-routed-card",
            method="card_weights(article, 1 B, ep=32).class_i_bytes, GB")(
-    lambda: article_card(D_EP).class_i_bytes / GB)
+    partial(routed_card_gb, D_EP))
 recomputes("v4-5.5-routed-ratio", "v4-5.5-routed-ratio-prose", method="P / D routed-expert bytes per card")(
-    lambda: article_card(P_EP).class_i_bytes / article_card(D_EP).class_i_bytes)
+    lambda: routed_card_gb(P_EP) / routed_card_gb(D_EP))
 
 recomputes("v4-4.5-ep-nonexpert", "v4-5.4-nonsplit-bytes", "v4-5.5-nonsplit-bytes",
            method="article shapes: class-II bytes per card (1 B per parameter), GB", why=_class_ii_why)(
-    lambda: article_class_ii() / GB)
+    class_ii_gb)
 recomputes("v4-4.5-tp2-nonexpert", method="article shapes: class II halved by tp=2, GB")(
     lambda: article_class_ii() / 2 / GB)
 
@@ -188,16 +261,16 @@ recomputes("v4-5.5-misc-ratio", method="P / D norms + mHC (replicated)")(lambda:
 def _card_why(side):
     ep = P_EP if side == "p" else D_EP
     w = article_card(ep)
-    return lambda: (f"Carries the 5.9 GB class-II error: {w.class_i_bytes / GB:.2f} + {w.class_ii_bytes / GB:.2f} "
+    return lambda: (f"Carries the {art_ii_gb():g} GB class-II error: {w.class_i_bytes / GB:.2f} + {w.class_ii_bytes / GB:.2f} "
                     f"= {w.total_bytes / GB:.2f} GB on the article's own shapes.")
 
 
 recomputes("v4-2.2-p-weight-card", "v4-2.3-p-weight-card", "v4-5.4-p-weight-card", "v4-5.5-p-weight-card",
            method="card_weights(article, 1 B, ep=8).total_bytes, GB", why=_card_why("p"))(
-    lambda: article_card(P_EP).total_bytes / GB)
+    partial(weight_card_gb, P_EP))
 recomputes("v4-2.2-d-weight-card", "v4-2.3-d-weight-card", "v4-5.4-d-weight-card", "v4-5.5-d-weight-card",
            method="card_weights(article, 1 B, ep=32).total_bytes, GB", why=_card_why("d"))(
-    lambda: article_card(D_EP).total_bytes / GB)
+    partial(weight_card_gb, D_EP))
 
 
 def _ratio():
@@ -206,7 +279,8 @@ def _ratio():
 
 recomputes("v4-2.2-pd-weight-ratio", "v4-5.5-weight-ratio", "v4-5.5-weight-ratio-prose",
            method="P / D total weight per card (article shapes)",
-           why=lambda: f"With the article's own class II the ratio is {_ratio():.2f}, not 2.78.")(_ratio)
+           why=lambda: f"With the article's own class II the ratio is {_ratio():.2f}, not "
+                       f"{printed_value('v4-5.5-weight-ratio'):g}.")(_ratio)
 
 
 # ---- usable memory (§5.4) and what is left
