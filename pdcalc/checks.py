@@ -28,6 +28,8 @@ class InputError(PdcalcError, ValueError):
 
 def show(value) -> str:
     """A short, one-line rendering of ``value`` for an error message."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 14000 else 'more than 4,000'} digits"
     text = repr(value)
     text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
@@ -44,7 +46,9 @@ def _range_text(low, high, *, low_open: bool = False, fmt=str) -> str:
 
 
 def _num(x) -> str:
-    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+    if isinstance(x, int):
+        return f"{x:,}" if x.bit_length() <= 100 else show(x)
+    return f"{x:g}"
 
 
 def integer(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
