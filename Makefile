@@ -4,7 +4,8 @@
 #   make check-site   headless Chromium opens every page of _build/html (charts drawn, no
 #                     request outside the site, no error output)
 #   make refresh      re-execute the committed chapters in place (outputs to commit)
-#   make bench        wall times of make test, the strict book build and one chapter
+#   make bench        wall times: unit tests, nbval, strict build, chapters, plan at 8,192 cards
+#   make lock         re-resolve requirements-lock.txt from pyproject.toml (then `make refresh`)
 #   make clean        remove _build and caches (keeps .venv; `make distclean` removes it too)
 
 SHELL := /bin/bash
@@ -15,23 +16,35 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-# Re-installed when pyproject.toml is newer than this stamp.
+# Re-installed when pyproject.toml or the lock is newer than this stamp.
 STAMP := $(VENV)/.pdcalc-installed
+# Exact versions of every dependency: the environment the committed chapter outputs were made with.
+LOCK := requirements-lock.txt
+UV_VERSION := 0.13.9
 # The venv's tools first on PATH, so jupyter-book's kernels are the venv's Python.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: help venv book test check-site refresh bench clean distclean
+.PHONY: help venv book test test-unit test-nbval check-site refresh bench lock clean distclean
 
 help:
-	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@if [ ! -x "$(PY)" ]; then echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); fi
-	$(PY) -m pip install --quiet -e '.[book,test]'
+	$(PY) -m pip install --quiet -c $(LOCK) -e '.[book,test]'
 	@touch $@
+
+# One command to update the pins: resolve pyproject.toml's dependencies (extras book and test) afresh
+# for Python 3.11 on Linux, the platform CI and the committed outputs use.
+lock:
+	@if [ ! -x "$(PY)" ]; then $(PYTHON) -m venv $(VENV); fi
+	$(PY) -m pip install --quiet 'uv==$(UV_VERSION)'
+	$(BIN)/uv pip compile pyproject.toml --extra book --extra test --python-version 3.11 \
+	  --python-platform linux --upgrade --quiet -o $(LOCK)
+	@echo "$(LOCK) updated: run 'make refresh' and 'make test', then commit the lock with the refreshed chapters."
 
 venv: $(STAMP)
 
@@ -40,9 +53,16 @@ book: $(STAMP)
 	@echo
 	@echo "Book built. Open: file://$(CURDIR)/_build/html/index.html"
 
-# One pytest run: the unit tests under tests/ and, with nbval, every chapter under book/.
+# One pytest run: the unit tests under tests/ (with the precision scan of every committed output) and,
+# with nbval, every chapter under book/. test-unit and test-nbval run the two parts alone.
 test: $(STAMP)
 	$(PY) -m pytest $(NBVAL) tests book
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests
+
+test-nbval: $(STAMP)
+	$(PY) -m pytest $(NBVAL) book
 
 check-site: $(STAMP)
 	$(PY) tools/check_site.py _build/html

@@ -1,7 +1,8 @@
 """Packaging and book-layout consistency.
 
-pyproject.toml is the single source of dependencies; environment.yml, the Makefile and the
-book's table of contents must agree with it and with the files on disk.
+pyproject.toml is the single source of dependencies and requirements-lock.txt pins their exact
+versions; environment.yml, the Makefile and the book's table of contents must agree with them and
+with the files on disk.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
+LOCK = "requirements-lock.txt"
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +58,43 @@ def test_environment_names_only_python_and_pip(environment):
     conda, pip = _conda_deps(environment)
     names = sorted(re.split(r"[=<>!\s]", c, maxsplit=1)[0] for c in conda)
     assert names == ["pip", "python"], f"environment.yml must name only python and pip, got {conda}"
-    assert len(pip) == 1, f"environment.yml must install only the project through pip, got {pip}"
+    assert pip == [f"-c {LOCK}", pip[-1]], f"environment.yml must install the project under {LOCK}, got {pip}"
 
 
 def test_environment_installs_exactly_the_pyproject_extras(environment, pyproject):
     _, pip = _conda_deps(environment)
     extras = set(pyproject["project"]["optional-dependencies"])
-    assert _extras_of_editable_install(pip[0]) == extras
+    assert _extras_of_editable_install(pip[-1]) == extras
+
+
+def _lock() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / LOCK).read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith((" ", "#")):
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"{LOCK}: {line!r} is not an exact pin"
+            pins[req.name.lower().replace("_", "-")] = spec.version
+    return pins
+
+
+def test_lock_pins_every_dependency_within_its_range(pyproject):
+    pins = _lock()
+    reqs = list(pyproject["project"]["dependencies"])
+    for extra in pyproject["project"]["optional-dependencies"].values():
+        reqs.extend(extra)
+    for r in map(Requirement, reqs):
+        name = r.name.lower().replace("_", "-")
+        assert name in pins, f"{r.name} is in pyproject.toml but not pinned in {LOCK}: run make lock"
+        assert Version(pins[name]) in r.specifier, f"{LOCK} pins {name}=={pins[name]} outside {r}"
+
+
+def test_makefile_and_ci_install_under_the_lock():
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert re.search(rf"^LOCK := {re.escape(LOCK)}$", makefile, re.M)
+    assert re.search(r"pip install[^\n]*-c \$\(LOCK\)[^\n]*-e '\.\[", makefile)
+    assert re.search(r"^\$\(STAMP\): pyproject.toml \$\(LOCK\)$", makefile, re.M), "a new lock must reinstall"
+    assert "make test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
 
 
 def test_makefile_installs_exactly_the_pyproject_extras(pyproject):
