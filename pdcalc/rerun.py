@@ -31,7 +31,6 @@ import json
 import math
 import re
 import subprocess
-import sys
 import time
 import tokenize
 from dataclasses import dataclass
@@ -1049,14 +1048,3 @@ def _chapter_title(nb) -> str:
                 if line.startswith("# "):
                     return line[2:].strip()
     return ""
-
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - ``python -m pdcalc.rerun``
-    """Same as ``pdcalc rerun``."""
-    from pdcalc.cli import main as cli_main
-
-    return cli_main(["rerun", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

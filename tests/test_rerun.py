@@ -291,3 +291,17 @@ def test_cli_bad_parameters_exit_2_with_one_line(args, message, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("pdcalc: error: ")
     assert message in out.stderr
     assert not (tmp_path / "pdcalc-runs").exists() and not (REPO / "book" / "runs").exists()
+
+
+def test_rerun_never_imports_the_command_line():
+    """pdcalc.cli imports pdcalc.rerun; the reverse would be a cycle."""
+    tree = ast.parse(Path(rr.__file__).read_text(encoding="utf-8"))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module for alias in node.names} | {node.module for node in ast.walk(tree)
+                                                               if isinstance(node, ast.ImportFrom) and node.module}
+    assert not {m for m in imported if m == "pdcalc.cli" or m.startswith("pdcalc.cli.")}
+    assert not hasattr(rr, "main")
+    out = subprocess.run([sys.executable, "-c", "import sys, pdcalc.rerun; print('pdcalc.cli' in sys.modules)"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
