@@ -31,8 +31,10 @@ import json
 import math
 import re
 import subprocess
+import tempfile
 import time
 import tokenize
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -45,20 +47,42 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = Path("pdcalc-runs")
 #: Seconds one cell may run before the run is abandoned.
 DEFAULT_TIMEOUT_S = 600
+_ANSI = re.compile("\x1b\\[[0-9;?]*[A-Za-z]")
 
 
-class ParameterError(PdcalcError, ValueError):
+#: Characters that end a line (``str.splitlines``) or are other controls: never printed raw in a message.
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+#: Longest message an error of this module carries (a pasted value can be huge).
+MAX_MESSAGE = 2000
+
+
+def one_line(text: str, *, limit: int = MAX_MESSAGE) -> str:
+    """``text`` as one line: line breaks and other control characters escaped (``\\n``), at most ``limit`` characters."""
+    out = "".join(repr(ch)[1:-1] if ch in _LINE_BREAKS or unicodedata.category(ch) == "Cc" else ch
+                  for ch in str(text))
+    return out if len(out) <= limit else out[:limit - 3] + "..."
+
+
+class _OneLineError(PdcalcError):
+    """An error whose message is always one line (see :func:`one_line`)."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+class ParameterError(_OneLineError, ValueError):
     """A parameter value a chapter cannot take (unknown name, wrong type, out of range, impossible)."""
 
 
-class RerunError(PdcalcError):
+class RerunError(_OneLineError):
     """A re-run that cannot start: a bad output folder, a chapter that is not a notebook, a missing tool."""
 
 
-class ChapterFailed(PdcalcError, RuntimeError):
+class ChapterFailed(_OneLineError, RuntimeError):
     """A cell of the re-run chapter raised; the executed copy is kept at :attr:`notebook_path`.
 
     The command line exits with status 1 for this error (a chapter that fails is not a usage error).
+    The message is one line whatever the exception's text (its whitespace is collapsed).
     """
 
     exit_code = 1
@@ -66,10 +90,11 @@ class ChapterFailed(PdcalcError, RuntimeError):
     def __init__(self, chapter: str, notebook_path: Path, cell: str, ename: str, evalue: str):
         self.chapter, self.notebook_path, self.cell, self.ename, self.evalue = (
             chapter, notebook_path, cell, ename, evalue)
-        evalue = " ".join(str(evalue).split())
+        evalue = " ".join(_ANSI.sub("", str(evalue)).split())
         if len(evalue) > 300:
             evalue = evalue[:297] + "..."
-        super().__init__(f"{chapter}: {cell} raised {ename}: {evalue} (executed copy: {notebook_path})")
+        super().__init__(f"{chapter}: {cell} raised {' '.join(str(ename).split())}: {evalue} "
+                         f"(executed copy: {notebook_path})")
 
 
 class Parameter(NamedTuple):
@@ -674,6 +699,52 @@ def _outdir_allowed(outdir: Path, notebook: Path) -> None:
                              f"re-runs never write there: choose another, e.g. the default {DEFAULT_OUTDIR}/")
 
 
+def _resolve_outdir(outdir: str | Path) -> Path:
+    """``outdir`` made absolute, or :class:`RerunError` for a path that cannot be one."""
+    try:
+        return Path(outdir).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError, TypeError) as exc:  # symlink loop, NUL byte, no home
+        raise RerunError(f"output folder {str(outdir)!r}: not a usable path ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """An OS error's own words (``Permission denied``), else its message."""
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def _prepare_outdir(out: Path, targets: list[Path]) -> None:
+    """Create ``out`` if needed and make sure the run can write ``targets`` there, before anything runs.
+
+    Raises
+    ------
+    RerunError
+        ``out`` (or a parent) is a file, cannot be created (read-only or missing file system, no
+        permission), cannot be written to, or a target exists and is not a regular file.
+    """
+    if out.exists() and not out.is_dir():
+        kind = "a file" if out.is_file() else "not a folder (a device, socket or pipe)"
+        raise RerunError(f"output folder {out} is {kind}: give a folder, existing or to create (-o DIR)")
+    if not out.exists():
+        parent = next((p for p in out.parents if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise RerunError(f"output folder {out} cannot be created: {parent} is a file, not a folder")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RerunError(f"output folder {out} cannot be created ({_reason(exc)}): "
+                             f"choose a folder you can write to (-o DIR)") from None
+    for target in targets:
+        if target.exists() and not target.is_file():
+            raise RerunError(f"output folder {out}: {target.name} exists and is not a file; "
+                             f"move it away or choose another folder")
+    try:  # permissions, read-only mounts and full disks show only when writing
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".pdcalc-write-test-"):
+            pass
+    except OSError as exc:
+        raise RerunError(f"output folder {out} is not writable ({_reason(exc)}): "
+                         f"choose a folder you can write to (-o DIR)") from None
+
+
 def _kernel_manager_class():
     """An AsyncKernelManager whose ``python3`` is this interpreter's ipykernel, its stderr silenced.
 
@@ -756,13 +827,14 @@ def rerun(chapter: str | Path, params: dict[str, Any] | None = None, outdir: str
     path = resolve_chapter(chapter)
     name = _chapter_name(path)
     values = validate(path, params)
-    out = Path(outdir).expanduser().resolve()
+    out = _resolve_outdir(outdir)
     _outdir_allowed(out, path)
     papermill = _need("papermill", "papermill")
     PapermillExecutionError = _need("papermill.exceptions", "papermill").PapermillExecutionError
-
-    out.mkdir(parents=True, exist_ok=True)
+    if html:
+        _need("nbconvert", "nbconvert")
     nb_path = out / f"{name}.ipynb"
+    _prepare_outdir(out, [nb_path] + ([out / f"{name}.html"] if html else []))
     t0 = time.perf_counter()
     try:
         papermill.execute_notebook(
@@ -791,7 +863,6 @@ def rerun(chapter: str | Path, params: dict[str, Any] | None = None, outdir: str
 CHART_MARKERS = ("altair-viz-", "vegaEmbed(")
 _CDN_URL = re.compile(r"""(["'])https?://cdn\.jsdelivr\.net/[^"']*\1""")
 _ASKED = re.compile(r'maybeLoadScript\("([a-z-]+)", "([^"]+)"\)')
-_ANSI = re.compile("\x1b\\[[0-9;]*[A-Za-z]")
 
 
 def altair_versions() -> dict[str, str]:

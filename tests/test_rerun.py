@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -182,6 +183,62 @@ def test_bad_parameters_are_rejected_before_anything_runs(chapter, params, error
     assert not out.exists()
 
 
+def _read_only_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot write to: chmod 555 unless root (root ignores it), else /sys."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    folder = Path("/sys/kernel")
+    try:
+        (folder / ".pdcalc-probe").touch()
+    except OSError:
+        return folder
+    pytest.skip("no read-only folder for root here")
+
+
+@pytest.mark.parametrize("kind", ["proc", "read-only", "dev-null", "file", "below-a-file", "target-is-a-folder"])
+def test_bad_output_folder_is_one_line_rerun_error_before_anything_runs(kind, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    outdir = {"proc": Path("/proc/x"), "read-only": None, "dev-null": Path("/dev/null"), "file": a_file,
+              "below-a-file": a_file / "runs", "target-is-a-folder": tmp_path / "runs"}[kind]
+    if kind == "read-only":
+        outdir = _read_only_folder(tmp_path)
+    if kind == "target-is-a-folder":
+        (outdir / "per_card.ipynb").mkdir(parents=True)
+    if kind == "proc" and not Path("/proc").is_dir():
+        pytest.skip("no /proc")
+    with pytest.raises(rr.RerunError) as info:
+        rr.rerun("per_card", {}, outdir=outdir)
+    message = str(info.value)
+    assert "\n" not in message and "output folder" in message
+    assert str(outdir.resolve()) in message or str(outdir) in message
+    assert a_file.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("outdir", ["/proc/x", "/dev/null"])
+def test_cli_bad_output_folder_exits_2_with_one_line(outdir, tmp_path):
+    out = cli("rerun", "per_card", "-o", outdir, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pdcalc: error: output folder ") and outdir in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_errors_of_a_rerun_are_one_line_whatever_their_text():
+    failed = rr.ChapterFailed("ch", Path("odd\nfolder/ch.ipynb"), "cell In [3] (x = 1)", "ValueError",
+                              "first line\n\x1b[31msecond line\r\n  third\u2028fourth")
+    assert len(str(failed).splitlines()) == 1
+    assert "raised ValueError: first line second line third fourth (executed copy: odd\\nfolder/ch.ipynb)" \
+        in str(failed)
+    assert failed.exit_code == 1 and failed.evalue.startswith("first line\n")
+    for error in (rr.ParameterError("a\nb"), rr.RerunError("c\rd\x0be")):
+        assert len(str(error).splitlines()) == 1 and "\x1b" not in str(error)
+    assert len(str(rr.ParameterError("x" * 10_000))) <= rr.MAX_MESSAGE
+
+
 def test_outdir_inside_book_is_refused(tmp_path):
     for outdir in (REPO / "book", REPO / "book" / "runs"):
         with pytest.raises(rr.RerunError, match="inside the book's chapters"):
@@ -263,7 +320,7 @@ def test_failing_cell_is_one_line_exit_1_and_the_copy_is_kept(tmp_path):
     params = nbformat.v4.new_code_cell("limit = 1  # how far to go")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell("x = 2 * limit"),
-                nbformat.v4.new_code_cell("if x > 2:\n    raise ValueError(f'x is {x}')")]
+                nbformat.v4.new_code_cell("if x > 2:\n    raise ValueError(f'x is {x}\\nand more')")]
     src = tmp_path / "chapter.ipynb"
     nbformat.write(nb, src)
     before_bytes = src.read_bytes()
@@ -271,7 +328,7 @@ def test_failing_cell_is_one_line_exit_1_and_the_copy_is_kept(tmp_path):
     assert out.returncode == 1, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr
-    assert "chapter: cell In [4] (if x > 2:) raised ValueError: x is 10" in lines[0]
+    assert "chapter: cell In [4] (if x > 2:) raised ValueError: x is 10 and more (executed copy: " in lines[0]
     kept = tmp_path / "out" / "chapter.ipynb"
     assert kept.exists() and str(kept) in lines[0]
     assert src.read_bytes() == before_bytes
