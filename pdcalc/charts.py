@@ -8,7 +8,34 @@ from __future__ import annotations
 import pandas as pd
 
 from pdcalc.inventory import get_inventory
+from pdcalc.precision import SIG, tidy
 from pdcalc.report import CLASS_I
+
+#: Name of the Altair data transformer that rounds every chart's data (:func:`altair`).
+ROUNDING_TRANSFORMER = "pdcalc-rounded"
+
+
+def altair():
+    """The ``altair`` module, with chart data rounded to :data:`pdcalc.precision.SIG` figures.
+
+    Every DataFrame handed to a chart passes through :func:`pdcalc.precision.tidy` before Altair
+    serialises it into the chart spec, so the committed spec (and the hashed name of its dataset) is
+    the same on every machine. The transformer wraps the one that was active, and stays enabled in
+    the process (a chapter's own charts are rounded too).
+    """
+    import altair as alt
+
+    if alt.data_transformers.active != ROUNDING_TRANSFORMER:
+        base = alt.data_transformers.get()
+
+        def rounded(data, *args, **kwargs):
+            if isinstance(data, pd.DataFrame):
+                data = tidy(data, SIG)
+            return base(data, *args, **kwargs)
+
+        alt.data_transformers.register(ROUNDING_TRANSFORMER, rounded)
+        alt.data_transformers.enable(ROUNDING_TRANSFORMER)
+    return alt
 
 #: Legends under the plot, so that a chart fits the book's text column.
 _BOTTOM = {"orient": "bottom", "columns": 2, "labelLimit": 260}
@@ -35,7 +62,7 @@ def parameters_frame(models: dict[str, str]) -> pd.DataFrame:
 
 def parameter_chart(models: dict[str, str], title: str):
     """Where the parameters go: class I vs class II per model, and class II by category."""
-    import altair as alt
+    alt = altair()
 
     df = parameters_frame(models)
     split = (
@@ -70,7 +97,7 @@ def memory_vs_ep_chart(rows: pd.DataFrame, usable_gib: float, marks: dict, title
 
     ``rows`` has columns ``ep, model, weights_gib``; ``marks`` maps a label ("P", "D") to an EP size.
     """
-    import altair as alt
+    alt = altair()
 
     base = alt.Chart(rows)
     lines = base.mark_line(point=True).encode(
@@ -90,7 +117,7 @@ def memory_vs_ep_chart(rows: pd.DataFrame, usable_gib: float, marks: dict, title
 def kv_context_chart(rows: pd.DataFrame, title: str):
     """KV cache per sequence against context, log-log; ``rows``: ``context_tokens, series, mb_per_seq, kind``
     (kind "article" draws dashed)."""
-    import altair as alt
+    alt = altair()
 
     return alt.Chart(rows).mark_line().encode(
         x=alt.X("context_tokens:Q", title="context (tokens)", scale=alt.Scale(type="log", nice=False)),
@@ -104,7 +131,7 @@ def kv_context_chart(rows: pd.DataFrame, title: str):
 
 def memory_stack_chart(rows: pd.DataFrame, title: str):
     """Stacked per-card memory; ``rows``: ``plan, part, gb, usable_gb`` (one usable value per plan)."""
-    import altair as alt
+    alt = altair()
 
     order = {"weights": 0, "kv cache": 1, "activations": 2, "framework": 3}
     rows = rows.assign(order=rows["part"].map(order).fillna(9))
@@ -125,7 +152,7 @@ def memory_stack_chart(rows: pd.DataFrame, title: str):
 def capacity_chart(rows: pd.DataFrame, max_seqs: int, points: pd.DataFrame, title: str):
     """Sequences that fit on one card against context; ``rows``: ``context_tokens, series, sequences``;
     ``points``: ``context_tokens, sequences, label`` (scenarios); a rule at the scheduler's ``max_seqs``."""
-    import altair as alt
+    alt = altair()
 
     lines = alt.Chart(rows).mark_line().encode(
         x=alt.X("context_tokens:Q", title="context per sequence (tokens)", scale=alt.Scale(type="log", nice=False)),
@@ -144,7 +171,7 @@ def capacity_chart(rows: pd.DataFrame, max_seqs: int, points: pd.DataFrame, titl
 def transfer_chart(rows: pd.DataFrame, measured: pd.DataFrame, title: str):
     """Transfer time against prompt length, log-log; ``rows``: ``prompt_tokens, series, ms``;
     ``measured``: ``prompt_tokens, ms, label`` drawn as points."""
-    import altair as alt
+    alt = altair()
 
     lines = alt.Chart(rows).mark_line().encode(
         x=alt.X("prompt_tokens:Q", title="prompt (tokens)", scale=alt.Scale(type="log", nice=False)),
@@ -161,7 +188,7 @@ def transfer_chart(rows: pd.DataFrame, measured: pd.DataFrame, title: str):
 def dp_sweep_chart(rows: pd.DataFrame, title: str):
     """The dp-size sweep: per side (P, D), GB per card against dp for each quantity; ``rows``:
     ``side, dp, quantity, model, gb, chosen`` (``chosen``: the article's dp on that side, drawn as a band)."""
-    import altair as alt
+    alt = altair()
 
     lines = alt.Chart().mark_line(point=True).encode(
         x=alt.X("dp:Q", title="dp = EP group size (cards)", scale=alt.Scale(type="log", base=2)),
@@ -180,7 +207,7 @@ def dp_sweep_chart(rows: pd.DataFrame, title: str):
 
 def per_layer_chart(rows: pd.DataFrame, title: str):
     """Per-layer time by part for each TP degree, one panel per phase; ``rows``: ``phase, tp, part, ms``."""
-    import altair as alt
+    alt = altair()
 
     bars = alt.Chart().mark_bar().encode(
         x=alt.X("tp:O", title="TP degree"),
@@ -196,7 +223,7 @@ def per_layer_chart(rows: pd.DataFrame, title: str):
 def roofline_chart(rows: pd.DataFrame, title: str):
     """Decode tokens/s per card against sequences per card, with the compute and memory roofs;
     ``rows``: ``seqs_per_card, series, tokens_per_s_per_card`` (series "model" drawn solid)."""
-    import altair as alt
+    alt = altair()
 
     return alt.Chart(rows).mark_line().encode(
         x=alt.X("seqs_per_card:Q", title="sequences per card (decode batch)", scale=alt.Scale(type="log", nice=False)),
@@ -211,7 +238,7 @@ def roofline_chart(rows: pd.DataFrame, title: str):
 def throughput_cards_chart(rows: pd.DataFrame, target: float, title: str):
     """Tokens/s against cards per layout family, one panel per phase; ``rows``: ``phase, cards, layout,
     tokens_per_s, fits``; filled points fit in memory; a rule at ``target`` on the prefill panel."""
-    import altair as alt
+    alt = altair()
 
     base = alt.Chart().encode(
         x=alt.X("cards:Q", title="cards"),
@@ -231,7 +258,7 @@ def throughput_cards_chart(rows: pd.DataFrame, target: float, title: str):
 def plan_chart(rows: pd.DataFrame, marks: pd.DataFrame, title: str):
     """The planner's candidates: output tokens/s per card against cards used, coloured by the constraint
     that binds (feasible ones apart); ``marks``: ``cards, tokens_per_s_per_card, label`` drawn as rings."""
-    import altair as alt
+    alt = altair()
 
     rows = rows.assign(status=rows["binding"].where(~rows["feasible"], "feasible"),
                        tpc=rows["tokens_per_s_per_card"].round(1))
@@ -263,7 +290,7 @@ def tp_chart(rows: pd.DataFrame, title: str):
     power of ten below the smallest value). Bars of one colour pair cover the same tokens."""
     import math
 
-    import altair as alt
+    alt = altair()
 
     order = list(dict.fromkeys(rows["series"]))
     lo = 10.0 ** math.floor(math.log10(rows["ms"].min()))

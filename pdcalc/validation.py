@@ -44,6 +44,7 @@ from pdcalc import measurements as reg
 from pdcalc import throughput, transfer
 from pdcalc.errors import LayoutError, UnknownNameError
 from pdcalc.hardware import get_card
+from pdcalc.precision import MAX_SIG, tidy
 from pdcalc.inventory import get_inventory
 from pdcalc.kv_cache import kv_bytes
 from pdcalc.memory import budget, card_weights, tensor_card_bytes
@@ -608,7 +609,7 @@ def show(df: pd.DataFrame, quantities, digits: int = 3) -> pd.DataFrame:
         "band": [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(sub["band_low"], sub["band_high"])],
         "quote": sub["quote"], "source": sub["source"],
     })
-    return out.set_index("measurement")
+    return tidy(out.set_index("measurement"), MAX_SIG)
 
 
 def kv_budget_table(scheme: str | None = None) -> pd.DataFrame:
@@ -638,7 +639,9 @@ def kv_budget_table(scheme: str | None = None) -> pd.DataFrame:
 def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] = CHART_BAND):
     """Predicted / measured per measurement on a log scale: a point at the prediction, a bar over the range
     of candidates, a shaded band around 1 (``band``), one colour per quantity. ``df``: :func:`table`."""
-    import altair as alt
+    from pdcalc.charts import altair
+
+    alt = altair()
 
     rows = df[["id", "group", "ratio", "ratio_low", "ratio_high", "layout"]].copy()
     rank = {g: i for i, g in enumerate(dict.fromkeys(GROUPS.values()))}
