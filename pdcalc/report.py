@@ -111,9 +111,9 @@ def cluster_map(deployment: dict, model: str, scheme: str, *, mtp: bool = True) 
         w = card_weights(model, scheme, ep=ep, tp=tp, mtp=mtp)
         for inst in range(n_inst):
             for rank in range(ep):
-                held = placement.cards[rank]
+                first, last = placement.first_last(rank)
                 rows.append({"card": card, "server": card // per_server, "role": f"{role}{inst}", "ep_rank": rank,
-                             "experts": f"{held[0]} ~ {held[-1]}", "weights_gib": w.total_bytes / 2**30})
+                             "experts": f"{first} ~ {last}", "weights_gib": w.total_bytes / 2**30})
                 card += 1
     return pd.DataFrame(rows).set_index("card")
 

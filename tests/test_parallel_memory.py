@@ -11,15 +11,83 @@ from pdcalc.units import GiB
 @pytest.mark.parametrize("ep,redundant", [(1, 0), (8, 0), (12, 0), (32, 0), (32, 32), (256, 0), (7, 3)])
 def test_placement_covers_every_expert_and_balances(ep, redundant):
     p = place_experts(256, ep, redundant)
-    held = [e for card in p.cards for e in card]
+    held = [e for k in range(ep) for e in p.held(k)]
     assert sorted(set(held)) == list(range(256))
     assert len(held) == 256 + redundant
     assert p.experts_per_card.max() - p.experts_per_card.min() <= 1
 
 
 def test_article_layouts():
-    assert place_experts(256, 8).cards[1] == tuple(range(32, 64))
-    assert place_experts(256, 32).cards[31] == tuple(range(248, 256))
+    assert place_experts(256, 8).held(1) == tuple(range(32, 64))
+    assert place_experts(256, 32).held(31) == tuple(range(248, 256))
+    assert place_experts(256, 8).cards[1] == tuple(range(32, 64))       # the per-card view indexes the same
+    assert place_experts(256, 32).first_last(31) == (248, 255)
+
+
+def _reference_placement(n_experts, ep_size, redundant):
+    """The straightforward placement: every slot's expert id listed, cut into contiguous per-card blocks."""
+    logical = list(range(n_experts)) + list(range(redundant))
+    base, extra = divmod(n_experts + redundant, ep_size)
+    cards, start = [], 0
+    for k in range(ep_size):
+        n = base + (1 if k < extra else 0)
+        cards.append(tuple(logical[start:start + n]))
+        start += n
+    return cards
+
+
+def _reference_ranges(cards):
+    return [f"{c[0]} ~ {c[-1]}" if len(c) > 1 else str(c[0]) for c in cards]
+
+
+_CASES = [(e, n, r) for e in (1, 2, 3, 5, 7, 8, 16, 31, 64, 97, 256) for r in sorted({0, 1, e // 3, e // 2, e})
+          for n in sorted({1, 2, 3, 5, 7, 8, 13, 32, (e + r) // 2 or 1, e + r - 1 or 1, e + r}) if n <= e + r]
+
+
+@pytest.mark.parametrize("n_experts,ep,redundant", _CASES)
+def test_placement_equals_the_reference(n_experts, ep, redundant):
+    ref = _reference_placement(n_experts, ep, redundant)
+    p = place_experts(n_experts, ep, redundant)
+    assert [p.held(k) for k in range(ep)] == ref
+    assert list(p.cards) == ref and p.cards[-1] == ref[-1] and len(p.cards) == ep
+    assert [p.first_last(k) for k in range(ep)] == [(c[0], c[-1]) for c in ref]
+    assert p.experts_per_card.tolist() == [len(c) for c in ref]
+    assert p.max_experts_per_card == max(len(c) for c in ref)
+    assert p.ranges() == _reference_ranges(ref)
+    for k in range(ep):
+        blocks = p.blocks(k)
+        assert 1 <= len(blocks) <= 2 and all(len(b) and b.step == 1 for b in blocks)
+        assert tuple(e for b in blocks for e in b) == ref[k]
+    for expert in range(n_experts):
+        assert p.card_of(expert) == next(k for k, c in enumerate(ref) if expert in c)
+
+
+def test_placement_is_arithmetic_for_huge_expert_counts():
+    # 2**32 experts over 8 cards: nothing is listed per expert
+    p = place_experts(2**32, 8, 2**31)
+    assert p.max_experts_per_card == (2**32 + 2**31) // 8
+    assert p.card_of(2**32 - 1) == 5 and p.card_of(0) == 0
+    assert p.first_last(7) == (2**31 - (2**32 + 2**31) // 8, 2**31 - 1)
+    assert p.blocks(5) == (range(5 * 805306368, 2**32), range(0, 6 * 805306368 - 2**32))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda p: p.card_of(256), "expert 256 is not placed"),
+    (lambda p: p.card_of(-1), "expert -1 is not placed"),
+    (lambda p: p.card_of(1.5), "expert 1.5 is not placed"),
+    (lambda p: p.held(8), "card 8 is outside the EP group"),
+    (lambda p: p.first_last(-1), "card -1 is outside the EP group"),
+])
+def test_placement_lookups_outside_the_group_say_so(call, match):
+    with pytest.raises(LayoutError, match=match):
+        call(place_experts(256, 8))
+
+
+@pytest.mark.parametrize("args,match", [((2**32 + 1, 8), "n_experts must be an integer in 1..4,294,967,296"),
+                                        ((256, 2**20 + 1), "ep_size must be an integer in 1..1,048,576")])
+def test_placement_bounds(args, match):
+    with pytest.raises(LayoutError, match=match):
+        place_experts(*args)
 
 
 @pytest.mark.parametrize("ep,redundant", [(0, 0), (300, 0), (8, -1), (8, 300)])

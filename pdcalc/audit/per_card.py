@@ -126,15 +126,14 @@ recomputes("v4-5.3.4-d-card-last-offset", "v4-5.4-d-card-last-offset", method="e
 
 
 def _range_of(ep, card):
-    held = place_experts(n_experts(), ep).cards[card]
-    return (held[0], held[-1])
+    return place_experts(n_experts(), ep).first_last(card)
 
 
 for _sec, _ep, _cards in (("4.4", 8, range(8)), ("4.4", 32, (0, 1, 2, 3, 4, 30, 31)),
                           ("5.3.3", 8, (0, 1, 2, 7)), ("5.3.4", 32, (0, 1, 2, 31))):
     for _k in _cards:
         _cid = f"v4-{_sec}-{'p' if _ep == 8 else 'd'}-card{_k}-experts"
-        recomputes(_cid, method=f"place_experts(256, {_ep}).cards[{_k}]: first ~ last")(
+        recomputes(_cid, method=f"place_experts(256, {_ep}).first_last({_k}): first ~ last")(
             (lambda e, k: lambda: _range_of(e, k))(_ep, _k))
 
 
