@@ -31,22 +31,89 @@ class ConfigError(PdcalcError, ValueError):
     """A configuration file that is malformed, unsupported, or has a nonsensical field."""
 
     def __init__(self, source: str, field: str | None, message: str):
-        self.source, self.field = source, field
-        where = f"{source}: field {field!r}" if field else str(source)
-        super().__init__(f"{where}: {message}")
+        self.source, self.field, self.message = source, field, message
+        shown = str(source)
+        if not shown.isprintable():  # a control character (newline, tab) in a path: keep the message one line
+            shown = repr(shown)
+        where = f"{shown}: field {field!r}" if field else shown
+        super().__init__(f"{where}: {' '.join(str(message).splitlines())}")
+
+
+#: Largest user file pdcalc reads (config.json, card or measurement TOML); real ones are a few kB.
+MAX_FILE_BYTES = 16 * 2**20
+
+
+def read_user_file(path, source: str, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a user's file; anything that is not a readable regular file of at most ``max_bytes``
+    (missing, a folder, a device or pipe, unreadable, too large) is a :class:`ConfigError` naming ``source``.
+
+    The file is checked with ``stat`` before it is opened, so a pipe or a device (``/dev/zero``) is refused
+    instead of blocking or filling memory.
+    """
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(source, None, "no such file") from None
+    except NotADirectoryError:
+        raise ConfigError(source, None, "no such file (a part of the path is not a folder)") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the name
+        raise ConfigError(source, None, f"cannot read: {_reason(exc)}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(source, None, "is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(source, None, "is not a regular file (a device, pipe or socket)")
+    too_big = f"is larger than {max_bytes:,} bytes, the most pdcalc reads (such files are a few kB)"
+    if st.st_size > max_bytes:
+        raise ConfigError(source, None, too_big)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConfigError(source, None, f"cannot read: {_reason(exc)}") from None
+    if len(data) > max_bytes:
+        raise ConfigError(source, None, too_big)
+    return data
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[:1].lower() + exc.strerror[1:]
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def decode_error(exc: UnicodeDecodeError, expected: str) -> str:
+    """One line saying that a file is not ``expected`` text, with the offending byte and its offset."""
+    bad = exc.object[exc.start:exc.start + 1]
+    where = f"byte 0x{bad.hex()} at offset {exc.start:,}" if bad else f"at offset {exc.start:,}"
+    return f"not {expected} text ({where})"
 
 
 def load_toml(path, source: str) -> dict:
-    """Read a user's TOML file; a missing or malformed file is a :class:`ConfigError` naming ``source``."""
+    """Read a user's TOML file (UTF-8); a missing, unreadable or malformed file is a :class:`ConfigError`
+    naming ``source`` (see :func:`read_user_file`)."""
+    import os
     import tomllib
 
+    if isinstance(path, (str, os.PathLike)):
+        data = read_user_file(path, source)
+    else:  # package data (an importlib.resources Traversable)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(source, None, f"cannot read: {_reason(exc)}") from None
     try:
-        with (path.open("rb") if hasattr(path, "open") else open(path, "rb")) as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(source, None, "no such file") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, None, decode_error(exc, "UTF-8") + "; TOML files are UTF-8") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, None, f"not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(source, None, "not usable TOML: arrays or tables nested too deeply") from None
 
 
 class LayoutError(PdcalcError, ValueError):

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pdcalc.errors import ConfigError, UnknownNameError
-from pdcalc.model import CONFIG_PRESETS, ModelConfig, load_config
+from pdcalc.errors import ConfigError
+from pdcalc.model import ARTICLE_PRESETS, MODEL_NAMES, ModelConfig, load_config
 
 #: Reporting categories, in display order.
 CATEGORIES = (
@@ -36,11 +36,21 @@ CATEGORIES = (
     "non_expert", "all_experts",  # the V3 article's two-way split (article preset only)
 )
 
-ARTICLE_PRESETS = {
-    "deepseek-v4-flash-article": "deepseek_v4_flash_article.toml",
-    "deepseek-v3-article": "deepseek_v3_article.toml",
+#: The largest model an inventory holds: 2**53 parameters (about 9.0e15; the released models have
+#: about 2**40), so that every count is exact in a float64 and in a pandas int64 column.
+MAX_PARAMS = 2**53
+
+#: The config fields whose product sizes each category (named when a model is too large).
+_SIZED_BY = {
+    "routed_experts": "n_routed_experts x moe_intermediate_size x hidden_size",
+    "shared_experts": "n_shared_experts x moe_intermediate_size x hidden_size",
+    "dense_ffn": "intermediate_size x hidden_size",
+    "embedding": "vocab_size x hidden_size",
+    "lm_head": "vocab_size x hidden_size",
+    "hash_routing": "vocab_size x num_experts_per_tok",
+    "router": "n_routed_experts x hidden_size",
+    "mhc": "hc_mult x hc_mult x hidden_size",
 }
-MODEL_NAMES = tuple(CONFIG_PRESETS) + tuple(ARTICLE_PRESETS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -382,12 +392,26 @@ def _cached_preset(name: str) -> Inventory:
 
 
 def build_inventory(cfg: ModelConfig) -> Inventory:
-    """The tensor inventory of a :class:`~pdcalc.model.ModelConfig`."""
+    """The tensor inventory of a :class:`~pdcalc.model.ModelConfig`.
+
+    A config describing more than :data:`MAX_PARAMS` parameters is a :class:`~pdcalc.errors.ConfigError`
+    naming the largest category and the fields that size it.
+    """
     if cfg.model_type == "deepseek_v3":
-        return _v3_inventory(cfg)
-    if cfg.model_type == "deepseek_v4":
-        return _v4_inventory(cfg)
-    raise ConfigError(cfg.source, "model_type", f"unsupported model_type {cfg.model_type!r}")
+        inv = _v3_inventory(cfg)
+    elif cfg.model_type == "deepseek_v4":
+        inv = _v4_inventory(cfg)
+    else:
+        raise ConfigError(cfg.source, "model_type", f"unsupported model_type {cfg.model_type!r}")
+    total = inv.params(part="all")
+    if total > MAX_PARAMS:
+        by_cat = {c: inv.params(part="all", category=c) for c in CATEGORIES}
+        top = max(by_cat, key=by_cat.get)
+        sized = _SIZED_BY.get(top, "the attention widths")
+        raise ConfigError(cfg.source, None, f"describes {total:.3g} parameters, more than the {MAX_PARAMS:.3g} "
+                          f"(2**53) pdcalc counts exactly; the largest part is {top} ({by_cat[top]:.3g}, sized by "
+                          f"{sized})")
+    return inv
 
 
 def get_inventory(model: str | Path | ModelConfig | Inventory) -> Inventory:
@@ -399,6 +423,4 @@ def get_inventory(model: str | Path | ModelConfig | Inventory) -> Inventory:
     key = str(model)
     if key in MODEL_NAMES:
         return _cached_preset(key)
-    if key.endswith(".json") or "/" in key or Path(key).exists():
-        return build_inventory(load_config(key))
-    raise UnknownNameError("model", key, MODEL_NAMES)
+    return build_inventory(load_config(key))  # a path, or an UnknownNameError listing MODEL_NAMES

@@ -4,6 +4,11 @@ A :class:`ModelConfig` holds the fields pdcalc needs, named exactly as the ``con
 preset can be diffed against its source. Two model types are supported: ``deepseek_v3`` (DeepSeek-V3,
 R1, V3.1, Kimi-K2-style configs) and ``deepseek_v4`` (DeepSeek-V4-Flash). Values are validated when
 the config is built; nothing is back-filled except the documented defaults of the model type.
+
+Every field has a JSON type and a range (:data:`LIMITS`): integers are integers (a whole-number float
+such as ``7168.0`` is stored as the ``int`` 7168, ``7168.5`` is refused), booleans are ``true`` or
+``false`` (not the string ``"false"``), and a bad value is a :class:`~pdcalc.errors.ConfigError` naming
+the file, the field and what is allowed.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pdcalc.errors import ConfigError, UnknownNameError
+from pdcalc import checks
+from pdcalc.errors import ConfigError, UnknownNameError, decode_error, read_user_file
 
 SUPPORTED_MODEL_TYPES = ("deepseek_v3", "deepseek_v4")
 
@@ -34,15 +40,105 @@ CONFIG_PRESETS: dict[str, dict[str, str]] = {
 }
 
 
-def _positive_int(src: str, name: str, value: Any, *, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ConfigError(src, name, f"expected a whole number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(src, name, f"expected a {'non-negative' if allow_zero else 'positive'} integer, got {value}")
-    return value
+#: The articles' own simplified architectures (tensor tables in ``pdcalc/data/models``, built by
+#: :mod:`pdcalc.inventory`). Listed here so that an unknown model name can list every known one.
+ARTICLE_PRESETS: dict[str, str] = {
+    "deepseek-v4-flash-article": "deepseek_v4_flash_article.toml",
+    "deepseek-v3-article": "deepseek_v3_article.toml",
+}
+
+#: Every model name pdcalc knows: the official configs, then the article presets.
+MODEL_NAMES: tuple[str, ...] = tuple(CONFIG_PRESETS) + tuple(ARTICLE_PRESETS)
+
+#: Accepted range ``(low, high)`` of each integer field of ``config.json``, both ends included.
+#:
+#: The bounds are generous: every released model fits with a factor of 8 or more to spare (largest
+#: released values in the comments). They exist so that a typo or a pathological file ends in a
+#: message instead of a silently absurd result, a MemoryError or an hour-long run: the inventory has
+#: one group of tensors per layer and the expert placement one entry per card, so layers and experts
+#: are bounded tightly; widths only enter products (exact Python integers) and are bounded loosely.
+#: The products themselves are bounded too: :func:`pdcalc.inventory.build_inventory` refuses a model of
+#: more than 2**53 parameters (the released ones have about 2**40).
+#:
+#: ======================== =============== ======================================================
+#: field                    range           largest released value / why the bound
+#: ======================== =============== ======================================================
+#: vocab_size               1 .. 2**24      262,144 (Gemma 3); 16.8 M tokens
+#: hidden_size              1 .. 2**20      18,432 (Nemotron-4 340B)
+#: intermediate_size        1 .. 2**20      53,248 (Llama 3.1 405B)
+#: moe_intermediate_size    1 .. 2**20      2,048 (DeepSeek-V3)
+#: num_hidden_layers        1 .. 1,024      126 (Llama 3.1 405B); one inventory row group per layer
+#: num_nextn_predict_layers 0 .. 64         1 (DeepSeek-V3/V4); MTP blocks are full layers
+#: first_k_dense_replace    0 .. 1,024      and at most num_hidden_layers
+#: moe_layer_freq           1 .. 1,024      1
+#: num_hash_layers          0 .. 1,024      and at most num_hidden_layers (V4-Flash: 3)
+#: n_routed_experts         1 .. 65,536     384 (Kimi K2); the placement has one entry per card
+#: n_shared_experts         0 .. 1,024      2 (DeepSeek-V2)
+#: num_experts_per_tok      1 .. 65,536     and at most n_routed_experts (V3: 8)
+#: num_attention_heads      1 .. 65,536     128 (DeepSeek-V3)
+#: num_key_value_heads      1 .. 65,536     128 (DeepSeek-V3 declares one per query head)
+#: index_n_heads, o_groups  1 .. 65,536     64, 8 (V4-Flash)
+#: head widths              1 .. 65,536     512 (V4-Flash head_dim): qk_rope_head_dim,
+#:                                          qk_nope_head_dim, v_head_dim, head_dim, index_head_dim
+#: low-rank widths          1 .. 2**20      1,536 (V3 q_lora_rank): q_lora_rank, kv_lora_rank,
+#:                                          o_lora_rank
+#: hc_mult                  1 .. 256        4 (V4-Flash mHC streams)
+#: sliding_window           1 .. 2**30      128 (V4-Flash); tokens
+#: index_topk               1 .. 2**30      2,048 (V3.2); tokens
+#: max_position_embeddings  1 .. 2**30      1,048,576 (V4-Flash); tokens
+#: compress_ratios entries  0 or 2 .. 2**20 0, 4, 128 (V4-Flash); at most 1,088 entries
+#:                                          (num_hidden_layers + num_nextn_predict_layers at
+#:                                          their limits), at least num_hidden_layers
+#: ======================== =============== ======================================================
+LIMITS: dict[str, tuple[int, int]] = {
+    "vocab_size": (1, 2**24),
+    "hidden_size": (1, 2**20),
+    "intermediate_size": (1, 2**20),
+    "moe_intermediate_size": (1, 2**20),
+    "num_hidden_layers": (1, 1024),
+    "num_nextn_predict_layers": (0, 64),
+    "first_k_dense_replace": (0, 1024),
+    "moe_layer_freq": (1, 1024),
+    "num_hash_layers": (0, 1024),
+    "n_routed_experts": (1, 65536),
+    "n_shared_experts": (0, 1024),
+    "num_experts_per_tok": (1, 65536),
+    "num_attention_heads": (1, 65536),
+    "num_key_value_heads": (1, 65536),
+    "index_n_heads": (1, 65536),
+    "o_groups": (1, 65536),
+    "qk_rope_head_dim": (1, 65536),
+    "qk_nope_head_dim": (1, 65536),
+    "v_head_dim": (1, 65536),
+    "head_dim": (1, 65536),
+    "index_head_dim": (1, 65536),
+    "q_lora_rank": (1, 2**20),
+    "kv_lora_rank": (1, 2**20),
+    "o_lora_rank": (1, 2**20),
+    "hc_mult": (1, 256),
+    "sliding_window": (1, 2**30),
+    "index_topk": (1, 2**30),
+    "max_position_embeddings": (1, 2**30),
+}
+#: A compression ratio: 0 (no compression) or 2 .. this.
+MAX_COMPRESS_RATIO = 2**20
+#: Entries of ``compress_ratios``: one per main-model and MTP layer at their limits.
+MAX_COMPRESS_ENTRIES = LIMITS["num_hidden_layers"][1] + LIMITS["num_nextn_predict_layers"][1]
+
+#: Fields that may be absent (``None``) whatever the model type; the ones a model type needs are
+#: required by :meth:`ModelConfig.__post_init__`.
+_OPTIONAL = frozenset({"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size",
+                       "head_dim", "o_groups", "o_lora_rank", "sliding_window", "index_n_heads",
+                       "index_head_dim", "index_topk", "hc_mult", "max_position_embeddings"})
+
+
+def _int(src: str, name: str, value: Any) -> int:
+    """``value`` as an ``int`` within :data:`LIMITS` (a whole-number float becomes an ``int``)."""
+    low, high = LIMITS[name]
+    try:
+        return checks.integer("", value, low=low, high=high)
+    except checks.InputError as exc:
+        raise ConfigError(src, name, str(exc)) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,47 +189,73 @@ class ModelConfig:
 
     def __post_init__(self):
         src = self.source
-        if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ConfigError(src, "model_type", f"unsupported model_type {self.model_type!r} "
+
+        def store(name: str, value) -> None:  # frozen: write the canonical value (7168.0 -> 7168)
+            object.__setattr__(self, name, value)
+
+        if not isinstance(self.model_type, str) or self.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(src, "model_type", f"unsupported model_type {checks.show(self.model_type)} "
                               f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "num_key_value_heads", "moe_intermediate_size", "n_routed_experts",
-                     "num_experts_per_tok", "qk_rope_head_dim"):
-            _positive_int(src, name, getattr(self, name))
-        for name in ("n_shared_experts", "num_nextn_predict_layers", "first_k_dense_replace", "num_hash_layers"):
-            _positive_int(src, name, getattr(self, name), allow_zero=True)
-        if self.q_lora_rank is not None:
-            _positive_int(src, "q_lora_rank", self.q_lora_rank)
-        if self.num_experts_per_tok > self.n_routed_experts:
-            raise ConfigError(src, "num_experts_per_tok", f"{self.num_experts_per_tok} exceeds "
-                              f"n_routed_experts={self.n_routed_experts}")
         required = {
             "deepseek_v3": ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size"),
             "deepseek_v4": ("head_dim", "o_groups", "o_lora_rank", "sliding_window", "q_lora_rank",
                             "index_n_heads", "index_head_dim", "index_topk", "hc_mult"),
         }[self.model_type]
         for name in required:
-            value = getattr(self, name)
-            if value is None:
+            if getattr(self, name) is None:
                 raise ConfigError(src, name, f"missing (required for model_type {self.model_type!r})")
-            _positive_int(src, name, value)
-        _positive_int(src, "moe_layer_freq", self.moe_layer_freq)
+        for name in LIMITS:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            store(name, _int(src, name, value))
+        for name, check in (("tie_word_embeddings", checks.boolean), ("torch_dtype", checks.text)):
+            try:
+                store(name, check("", getattr(self, name)))
+            except checks.InputError as exc:
+                raise ConfigError(src, name, str(exc)) from None
+        if self.quantization_config is not None and not isinstance(self.quantization_config, dict):
+            raise ConfigError(src, "quantization_config", "must be an object (a JSON {...} table) or null, "
+                              f"got {checks.show(self.quantization_config)}")
+        if self.num_experts_per_tok > self.n_routed_experts:
+            raise ConfigError(src, "num_experts_per_tok", f"{self.num_experts_per_tok} exceeds "
+                              f"n_routed_experts={self.n_routed_experts} (allowed: 1..{self.n_routed_experts})")
         if self.first_k_dense_replace > self.num_hidden_layers:
-            raise ConfigError(src, "first_k_dense_replace", "exceeds num_hidden_layers")
+            raise ConfigError(src, "first_k_dense_replace", f"{self.first_k_dense_replace} exceeds "
+                              f"num_hidden_layers={self.num_hidden_layers} (allowed: 0..{self.num_hidden_layers})")
+        if self.num_hash_layers > self.num_hidden_layers:
+            raise ConfigError(src, "num_hash_layers", f"{self.num_hash_layers} exceeds "
+                              f"num_hidden_layers={self.num_hidden_layers} (allowed: 0..{self.num_hidden_layers})")
+        if self.compress_ratios is not None:
+            store("compress_ratios", self._checked_ratios())
         if self.model_type == "deepseek_v4":
-            ratios = self.compress_ratios
-            if ratios is None:
+            if self.compress_ratios is None:
                 raise ConfigError(src, "compress_ratios", "missing (required for model_type 'deepseek_v4')")
-            if len(ratios) < self.num_hidden_layers:
-                raise ConfigError(src, "compress_ratios", f"has {len(ratios)} entries, fewer than "
+            if len(self.compress_ratios) < self.num_hidden_layers:
+                raise ConfigError(src, "compress_ratios", f"has {len(self.compress_ratios)} entries, fewer than "
                                   f"num_hidden_layers={self.num_hidden_layers}")
-            for r in ratios:
-                if r not in (0, 4, 128) and not (isinstance(r, int) and r > 1):
-                    raise ConfigError(src, "compress_ratios", f"entry {r!r} is not 0 or a ratio > 1")
             if (self.num_attention_heads * self.head_dim) % self.o_groups:
-                raise ConfigError(src, "o_groups", "num_attention_heads*head_dim is not divisible by o_groups")
-            if self.num_hash_layers > self.num_hidden_layers:
-                raise ConfigError(src, "num_hash_layers", "exceeds num_hidden_layers")
+                raise ConfigError(src, "o_groups", f"num_attention_heads*head_dim = {self.num_attention_heads} * "
+                                  f"{self.head_dim} is not divisible by o_groups={self.o_groups}")
+
+    def _checked_ratios(self) -> tuple[int, ...]:
+        src, ratios = self.source, self.compress_ratios
+        if isinstance(ratios, (str, bytes)) or not isinstance(ratios, (list, tuple)):
+            raise ConfigError(src, "compress_ratios", f"must be a list of integers, got {checks.show(ratios)}")
+        if len(ratios) > MAX_COMPRESS_ENTRIES:
+            raise ConfigError(src, "compress_ratios", f"has {len(ratios):,} entries; at most {MAX_COMPRESS_ENTRIES:,} "
+                              "(one per main-model and MTP layer)")
+        out = []
+        for i, r in enumerate(ratios):
+            try:
+                r = checks.integer("", r, low=0, high=MAX_COMPRESS_RATIO)
+            except checks.InputError:
+                r = None
+            if r is None or r == 1:
+                raise ConfigError(src, "compress_ratios", f"entry {i} is {checks.show(ratios[i])}; each entry must "
+                                  f"be 0 (no compression) or an integer ratio in 2..{MAX_COMPRESS_RATIO:,}")
+            out.append(r)
+        return tuple(out)
 
     # -- derived structure -------------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -160,20 +282,21 @@ _FIELDS = {f for f in ModelConfig.__dataclass_fields__} - {"name", "source", "ex
 def config_from_dict(data: dict, *, name: str, source: str) -> ModelConfig:
     """Build a :class:`ModelConfig` from a parsed ``config.json`` mapping."""
     if not isinstance(data, dict):
-        raise ConfigError(source, None, "expected a JSON object at the top level")
+        raise ConfigError(source, None, "expected a JSON object ({...}) at the top level, "
+                          f"got {type(data).__name__} {checks.show(data)}")
     if "model_type" not in data:
         raise ConfigError(source, "model_type", "missing")
     known = {k: v for k, v in data.items() if k in _FIELDS}
     extra = {k: v for k, v in data.items() if k not in _FIELDS}
-    if "compress_ratios" in known and known["compress_ratios"] is not None:
-        if not isinstance(known["compress_ratios"], list):
-            raise ConfigError(source, "compress_ratios", "expected a list")
-        known["compress_ratios"] = tuple(known["compress_ratios"])
-    if data.get("model_type") == "deepseek_v3" and known.get("q_lora_rank") in (0,):
-        known["q_lora_rank"] = None
-    if data["model_type"] not in SUPPORTED_MODEL_TYPES:
-        raise ConfigError(source, "model_type", f"unsupported model_type {data['model_type']!r} "
+    model_type = data["model_type"]
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(source, "model_type", f"unsupported model_type {checks.show(model_type)} "
                           f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    if known.get("compress_ratios") is not None and not isinstance(known["compress_ratios"], list):
+        raise ConfigError(source, "compress_ratios", "must be a list of integers, got "
+                          f"{checks.show(known['compress_ratios'])}")
+    if model_type == "deepseek_v3" and known.get("q_lora_rank") == 0 and not isinstance(known["q_lora_rank"], bool):
+        known["q_lora_rank"] = None  # V3-Lite style: no low-rank query projection
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "qk_rope_head_dim"):
         if key not in known:
@@ -188,19 +311,30 @@ def config_from_dict(data: dict, *, name: str, source: str) -> ModelConfig:
 
 
 def load_config_file(path: str | Path, *, name: str | None = None, source: str | None = None) -> ModelConfig:
-    """Read a Hugging Face ``config.json`` of a supported model type."""
+    """Read a Hugging Face ``config.json`` of a supported model type.
+
+    The file may be UTF-8, UTF-16 or UTF-32 (what :func:`json.loads` detects); anything else, a file that
+    cannot be read (see :func:`pdcalc.errors.read_user_file`) or JSON that Python cannot hold (a number of
+    more than 4,300 digits, nesting deeper than the interpreter's recursion limit) is a
+    :class:`~pdcalc.errors.ConfigError` naming the file.
+    """
     path = Path(path)
     src = source or str(path)
+    raw = read_user_file(path, str(path))
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(path), None, "no such file") from None
-    except OSError as exc:
-        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
+        data = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), None, decode_error(exc, "UTF-8, UTF-16 or UTF-32") + "; config.json "
+                          "files are UTF-8") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(str(path), None, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise ConfigError(str(path), None, "not usable JSON: arrays or objects nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than sys.get_int_max_str_digits() digits
+        if "digits" in str(exc):
+            raise ConfigError(str(path), None, "not usable JSON: a number has more digits than Python "
+                              "converts (4,300); no config field needs more than 10") from None
+        raise ConfigError(str(path), None, f"not usable JSON ({' '.join(str(exc).split())[:120]})") from None
     return config_from_dict(data, name=name or path.parent.name or path.stem, source=src)
 
 
@@ -209,14 +343,22 @@ def _data_path(*parts: str) -> Path:
 
 
 def load_config(name_or_path: str | Path) -> ModelConfig:
-    """A :class:`ModelConfig` from a preset name (``deepseek-v3``, ``deepseek-v4-flash``) or a path."""
+    """A :class:`ModelConfig` from a preset name (``deepseek-v3``, ``deepseek-v4-flash``) or a path.
+
+    An empty name, or a name that is neither a preset nor an existing path (nor has the suffix ``.json``
+    or contains ``/``), is an :class:`~pdcalc.errors.UnknownNameError` listing :data:`MODEL_NAMES`.
+    """
     key = str(name_or_path)
     if key in CONFIG_PRESETS:
         preset = CONFIG_PRESETS[key]
         return load_config_file(_data_path("models", preset["file"]), name=key, source=preset["source"])
-    path = Path(key)
-    if path.suffix == ".json" or path.exists() or "/" in key:
-        return load_config_file(path)
-    from pdcalc.inventory import MODEL_NAMES  # article presets live beside the config presets
-
+    if key.strip() and (Path(key).suffix == ".json" or "/" in key or _exists(key)):
+        return load_config_file(key)
     raise UnknownNameError("model", key, MODEL_NAMES)
+
+
+def _exists(key: str) -> bool:
+    try:
+        return Path(key).exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL character
+        return False

@@ -51,10 +51,10 @@ def test_path_to_config_json(tmp_path, v3_dict):
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("n_routed_experts", -3, "positive integer"),
-    ("n_routed_experts", 2.5, "whole number"),
-    ("hidden_size", "7168", "whole number"),
-    ("num_experts_per_tok", 300, "exceeds n_routed_experts"),
+    ("n_routed_experts", -3, "must be an integer in 1..65,536, got -3"),
+    ("n_routed_experts", 2.5, "must be an integer in 1..65,536, got 2.5"),
+    ("hidden_size", "7168", "must be an integer in 1..1,048,576, got '7168'"),
+    ("num_experts_per_tok", 300, "exceeds n_routed_experts=256 (allowed: 1..256)"),
     ("model_type", "llama", "unsupported model_type 'llama'"),
 ])
 def test_bad_fields_name_file_and_field(tmp_path, v3_dict, field, value, message):
