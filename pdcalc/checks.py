@@ -48,6 +48,8 @@ def _range_text(low, high, *, low_open: bool = False, fmt=str) -> str:
 def _num(x) -> str:
     if isinstance(x, int):
         return f"{x:,}" if x.bit_length() <= 100 else show(x)
+    if math.isfinite(x) and x.is_integer() and abs(x) < 1e16:
+        return f"{int(x):,}"
     return f"{x:g}"
 
 

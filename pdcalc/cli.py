@@ -1,8 +1,13 @@
 """Command line: ``pdcalc params | claims | memory | kv | throughput | plan | list | rerun``. JSON output
 is a stable contract.
 
-User errors (unknown names, bad files, impossible layouts) exit with status 2 and one line on stderr;
-``rerun`` exits with status 1 when a cell of the re-run chapter raises.
+Every flag is checked when it is parsed, by the same rules the package and chapter re-runs use
+(:mod:`pdcalc.checks`). User errors (a bad flag, name, file or layout) exit with status 2 and one line on
+stderr that names what was wrong and what is allowed; a deployment that does not fit is a result, not an
+error. ``rerun`` exits with status 1 when a cell of the re-run chapter raises.
+
+In every JSON result, ``model`` is the model as given on the command line (a preset name, or the path
+to a ``config.json`` as typed) and ``card`` likewise.
 """
 
 from __future__ import annotations
@@ -13,15 +18,83 @@ import math
 import sys
 from pathlib import Path
 
+from pdcalc import checks
 from pdcalc.errors import PdcalcError
+
+#: Bounds of the numeric flags: generous enough for any real deployment, tight enough that nothing
+#: runs away (a cluster of 10**9 cards, a 10**12-token context).
+MAX_CARDS = 65_536
+MAX_TOKENS = 16_777_216          # 16M tokens of context or prompt
+MAX_CONCURRENCY = 10_000_000
+MAX_RATE = 1e9                   # requests per second
+MAX_MS = 1e9
+MAX_BANDWIDTH_GB_S = 1e6
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block) and exit with status 2."""
+
+    def error(self, message):
+        message = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _flag_type(check, **bounds):
+    """An argparse ``type`` that parses a number and checks it with :mod:`pdcalc.checks`."""
+
+    def parse(text: str):
+        try:
+            value = int(text) if check is checks.integer else float(text)
+        except (ValueError, OverflowError):
+            what = "an integer" if check is checks.integer else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {checks.show(text)}") from None
+        try:
+            return check("", value, **bounds)
+        except checks.InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "integer" if check is checks.integer else "number"
+    return parse
+
+
+def _int(low=1, high=None):
+    return _flag_type(checks.integer, low=low, high=high)
+
+
+def _num(low=0.0, high=None, *, low_open=True):
+    return _flag_type(checks.number, low=low, high=high, low_open=low_open)
+
+
+_FRACTION = _num(0.0, 1.0)
+
+
+def _name(text: str) -> str:
+    """A preset name or a path: not empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (a preset name, see `pdcalc list`, or a file path)")
+    return text
+
+
+def _clean(x):
+    """``x`` made JSON-safe: numpy scalars as Python numbers, tuples as lists, NaN and infinities as null."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _print_json(out, **kw) -> int:
+    print(json.dumps(_clean(out), allow_nan=False, **kw))
+    return 0
 
 
 def _jsonable(x):
-    if isinstance(x, tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-        return None
-    return x
+    return _clean(x)
 
 
 def cmd_params(args) -> int:
@@ -30,7 +103,7 @@ def cmd_params(args) -> int:
     inv = get_inventory(args.model)
     c = inv.counts()
     out = {
-        "model": inv.name, "source": inv.source, "total": c.total, "activated": c.activated, "mtp": c.mtp,
+        "model": args.model, "name": inv.name, "source": inv.source, "total": c.total, "activated": c.activated, "mtp": c.mtp,
         "total_with_mtp": c.total + c.mtp, "by_category": c.by_category,
         "mtp_by_category": {k: int(v) for k, v in inv.by_category(part="mtp").items()},
         "conventions": {
@@ -41,8 +114,7 @@ def cmd_params(args) -> int:
         },
     }
     if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
+        return _print_json(out, indent=2)
     print(f"{inv.name}  ({inv.source})")
     print(f"  total (main, MTP excluded): {c.total:>20,}")
     print(f"  activated per token:        {c.activated:>20,}")
@@ -64,8 +136,7 @@ def cmd_claims(args) -> int:
             recs.append({k: _jsonable(r[k]) for k in (
                 "id", "article", "section", "quantity", "printed", "article_value", "article_unit",
                 "recomputed_value", "delta", "verdict", "explanation", "method", "where", "kind")})
-        print(json.dumps(recs, ensure_ascii=False, indent=1))
-        return 0
+        return _print_json(recs, ensure_ascii=False, indent=1)
     if rows.empty:
         print("no claims")
         return 0
@@ -84,7 +155,7 @@ def cmd_memory(args) -> int:
     w = card_weights(args.model, args.quant, ep=args.ep, tp=args.tp, mtp=args.mtp, redundant=args.redundant)
     b = budget(args.card, w.total_bytes, utilization=args.utilization)
     out = {
-        "model": w.model, "card": b.card, "quant": w.scheme, "ep": w.ep, "tp": w.tp, "mtp": w.mtp,
+        "model": args.model, "card": args.card, "quant": w.scheme, "ep": w.ep, "tp": w.tp, "mtp": w.mtp,
         "experts_per_card": w.experts_per_card,
         "weights_bytes": w.total_bytes, "weights_by_category_bytes": w.by_category,
         "class_i_bytes": w.class_i_bytes, "class_ii_bytes": w.class_ii_bytes,
@@ -92,10 +163,11 @@ def cmd_memory(args) -> int:
         "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
     }
     if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
-    print(f"{w.model} on {b.card}, {w.scheme}, EP{w.ep} x TP{w.tp}, MTP {'loaded' if w.mtp else 'not loaded'}")
-    print(f"  routed experts per layer on the fullest card: {w.experts_per_card}")
+        return _print_json(out, indent=2)
+    layout = f"EP{w.ep} x TP{w.tp}" if w.ep else f"TP{w.tp}, no EP (every expert split over TP)"
+    print(f"{w.model} on {b.card}, {w.scheme}, {layout}, MTP {'loaded' if w.mtp else 'not loaded'}")
+    print(f"  routed experts per layer on the fullest card: {w.experts_per_card}"
+          f"{'' if w.ep else f' (1/{w.tp} of each)'}")
     for k, v in w.by_category.items():
         print(f"    {k:<24}{v / GB:>10.3f} GB {v / GiB:>10.3f} GiB")
     print(f"  weights                     {w.total_bytes / GB:>10.3f} GB {w.total_bytes / GiB:>10.3f} GiB")
@@ -109,7 +181,7 @@ def cmd_kv(args) -> int:
 
     r = kv_bytes(args.model, args.context, args.engine, include_mtp=args.mtp)
     out = {
-        "model": r.model, "engine": r.engine, "context_tokens": int(r.context_tokens), "include_mtp": r.include_mtp,
+        "model": args.model, "engine": r.engine, "context_tokens": int(r.context_tokens), "include_mtp": r.include_mtp,
         "block_size": r.block_size, "fixed_bytes": float(r.fixed_bytes),
         "per_token_bytes_asymptotic": float(r.per_token_bytes_asymptotic), "total_bytes": float(r.total_bytes),
         "per_token_bytes_average": float(r.per_token_bytes_average),
@@ -117,8 +189,7 @@ def cmd_kv(args) -> int:
         "by_cache_bytes": {k: float(v) for k, v in r.by_cache.items()},
     }
     if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
+        return _print_json(out, indent=2)
     print(f"{r.model}, {r.engine}, {out['context_tokens']:,} tokens, MTP {'included' if r.include_mtp else 'excluded'}")
     print(f"  per sequence:        {out['total_bytes']:>16,.0f} B")
     print(f"  fixed part:          {out['fixed_bytes']:>16,.0f} B")
@@ -130,7 +201,7 @@ def cmd_kv(args) -> int:
 def cmd_throughput(args) -> int:
     from pdcalc import throughput as tput
 
-    out = {"model": str(args.model), "card": str(args.card), "quant": args.quant, "tp": args.tp, "dp": args.dp,
+    out = {"model": args.model, "card": args.card, "quant": args.quant, "tp": args.tp, "dp": args.dp,
            "ep": args.ep, "context": args.context, "concurrency": args.concurrency,
            "efficiencies": {"mfu": args.mfu, "mbu": args.mbu, "comm_eff": args.comm_eff, "overlap": args.overlap},
            "phases": {}}
@@ -144,8 +215,7 @@ def cmd_throughput(args) -> int:
             "compute_s": float(st.compute_s), "memory_s": float(st.memory_s), "comm_s": float(st.comm_s),
             "stored_bytes_per_card": float(st.stored_bytes_per_card), "fits": bool(st.fits)}
     if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
+        return _print_json(out, indent=2)
     print(f"{out['model']} on {args.tp * args.dp} x {out['card']} (TP{args.tp} x DP{args.dp}"
           f"{f', EP{args.ep}' if args.ep else ''}), {args.quant}, context {args.context}, "
           f"concurrency {args.concurrency}")
@@ -164,7 +234,7 @@ def cmd_plan(args) -> int:
 
     setup = Setup(model=args.model, quant=args.quant, card=args.card, cards=args.cards, mtp=args.mtp,
                   engine=args.engine, utilization=args.utilization,
-                  bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tuple(args.tp))
+                  bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tuple(dict.fromkeys(args.tp)))
     work = Workload(prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
                     concurrency=args.concurrency, ttft_s=args.ttft_ms and args.ttft_ms / 1e3,
                     tpot_s=args.tpot_ms and args.tpot_ms / 1e3)
@@ -174,11 +244,10 @@ def cmd_plan(args) -> int:
             "binding"]
     rows = [{k: _jsonable(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
             for r in p.ranked[keys].head(args.top).to_dict("records")]
-    out = {"model": str(args.model), "card": str(args.card), "cards": args.cards, "candidates": len(p.candidates),
+    out = {"model": args.model, "card": args.card, "cards": args.cards, "candidates": len(p.candidates),
            "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows}
     if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
+        return _print_json(out, indent=2)
     print(f"{out['model']} on {args.cards} x {out['card']}: {out['candidates']:,} splits evaluated, "
           f"{out['feasible']:,} feasible")
     if p.reason:
@@ -203,8 +272,7 @@ def cmd_list(args) -> int:
         "quantization": {k: s.description for k, s in SCHEMES.items()},
     }
     if args.json:
-        print(json.dumps(out, indent=2, ensure_ascii=False))
-        return 0
+        return _print_json(out, indent=2, ensure_ascii=False)
     for kind, items in out.items():
         print(f"{kind}:")
         for k, v in items.items():
@@ -234,11 +302,11 @@ def cmd_rerun(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdcalc", description="DeepSeek MoE deployment arithmetic, recomputed.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="pdcalc", description="DeepSeek MoE deployment arithmetic, recomputed.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     sp = sub.add_parser("params", help="parameter counts of a model (preset name or config.json path)")
-    sp.add_argument("model")
+    sp.add_argument("model", type=_name)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_params)
 
@@ -249,60 +317,61 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(func=cmd_claims)
 
     sm = sub.add_parser("memory", help="per-card weights and what is left for the KV cache")
-    sm.add_argument("model")
-    sm.add_argument("--card", required=True)
-    sm.add_argument("--ep", type=int, required=True, help="cards in the EP group")
-    sm.add_argument("--tp", type=int, default=1)
+    sm.add_argument("model", type=_name)
+    sm.add_argument("--card", required=True, type=_name)
+    sm.add_argument("--ep", type=_int(1, MAX_CARDS), default=None,
+                    help="cards in the EP group (default: no expert parallelism, experts split over TP)")
+    sm.add_argument("--tp", type=_int(1, MAX_CARDS), default=1, help="TP degree (must divide the attention heads)")
     sm.add_argument("--quant", default="w8a8")
     sm.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True,
                     help="load the MTP module (speculative decoding); default: yes")
-    sm.add_argument("--redundant", type=int, default=0, help="redundant expert copies per EP group")
-    sm.add_argument("--utilization", type=float, default=0.9, help="gpu-memory-utilization")
+    sm.add_argument("--redundant", type=_int(0, MAX_CARDS), default=0, help="redundant expert copies per EP group")
+    sm.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=cmd_memory)
 
     sk = sub.add_parser("kv", help="KV cache bytes per sequence as an engine stores it")
-    sk.add_argument("model")
-    sk.add_argument("--context", type=int, required=True, help="tokens in the cache")
+    sk.add_argument("model", type=_name)
+    sk.add_argument("--context", type=_int(1, MAX_TOKENS), required=True, help="tokens in the cache")
     sk.add_argument("--engine", default="vllm-ascend", help="reference, vllm or vllm-ascend")
     sk.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="count the MTP layer's cache")
     sk.add_argument("--json", action="store_true")
     sk.set_defaults(func=cmd_kv)
 
     st = sub.add_parser("throughput", help="prefill and decode step time and tokens/s of a TP x DP (x EP) layout")
-    st.add_argument("model")
-    st.add_argument("--card", required=True)
-    st.add_argument("--tp", type=int, required=True)
-    st.add_argument("--dp", type=int, required=True)
-    st.add_argument("--ep", type=int, default=None, help="EP group in cards (default: no expert parallelism)")
-    st.add_argument("--context", type=int, required=True, help="prompt length (prefill) and KV length (decode)")
-    st.add_argument("--concurrency", type=int, required=True, help="prompts (prefill) and sequences (decode) per step")
+    st.add_argument("model", type=_name)
+    st.add_argument("--card", required=True, type=_name)
+    st.add_argument("--tp", type=_int(1, MAX_CARDS), required=True, help="TP degree (must divide the attention heads)")
+    st.add_argument("--dp", type=_int(1, MAX_CARDS), required=True, help="DP ranks")
+    st.add_argument("--ep", type=_int(1, MAX_CARDS), default=None, help="EP group in cards (default: no expert parallelism)")
+    st.add_argument("--context", type=_int(1, MAX_TOKENS), required=True, help="prompt length (prefill) and KV length (decode)")
+    st.add_argument("--concurrency", type=_int(1, MAX_CONCURRENCY), required=True, help="prompts (prefill) and sequences (decode) per step")
     st.add_argument("--quant", default="w8a8")
-    st.add_argument("--mfu", type=float, default=0.5, help="share of peak FLOP/s reached (assumption)")
-    st.add_argument("--mbu", type=float, default=0.7, help="share of HBM bandwidth reached (assumption)")
-    st.add_argument("--comm-eff", type=float, default=0.7, help="share of link bandwidth reached (assumption)")
+    st.add_argument("--mfu", type=_FRACTION, default=0.5, help="share of peak FLOP/s reached (assumption)")
+    st.add_argument("--mbu", type=_FRACTION, default=0.7, help="share of HBM bandwidth reached (assumption)")
+    st.add_argument("--comm-eff", type=_FRACTION, default=0.7, help="share of link bandwidth reached (assumption)")
     st.add_argument("--overlap", action="store_true", help="communication hidden under compute")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_throughput)
 
     spl = sub.add_parser("plan", help="rank every P/D split of a cluster for a workload")
-    spl.add_argument("--model", default="deepseek-v4-flash")
-    spl.add_argument("--card", required=True)
-    spl.add_argument("--cards", type=int, required=True, help="cluster size")
-    spl.add_argument("--prompt", type=int, required=True, help="prompt tokens per request")
-    spl.add_argument("--output", type=int, required=True, help="output tokens per request")
+    spl.add_argument("--model", default="deepseek-v4-flash", type=_name)
+    spl.add_argument("--card", required=True, type=_name)
+    spl.add_argument("--cards", type=_int(2, MAX_CARDS), required=True, help="cluster size")
+    spl.add_argument("--prompt", type=_int(1, MAX_TOKENS), required=True, help="prompt tokens per request")
+    spl.add_argument("--output", type=_int(1, MAX_TOKENS), required=True, help="output tokens per request")
     load = spl.add_mutually_exclusive_group(required=True)
-    load.add_argument("--rate", type=float, help="requests per second")
-    load.add_argument("--concurrency", type=int, help="sequences decoding at once")
-    spl.add_argument("--ttft-ms", type=float, default=None, help="target time to first token")
-    spl.add_argument("--tpot-ms", type=float, default=None, help="target time per output token")
+    load.add_argument("--rate", type=_num(0.0, MAX_RATE), help="requests per second")
+    load.add_argument("--concurrency", type=_int(1, MAX_CONCURRENCY), help="sequences decoding at once")
+    spl.add_argument("--ttft-ms", type=_num(0.0, MAX_MS), default=None, help="target time to first token")
+    spl.add_argument("--tpot-ms", type=_num(0.0, MAX_MS), default=None, help="target time per output token")
     spl.add_argument("--quant", default="w8a8")
     spl.add_argument("--engine", default="vllm-ascend", help="KV layout: reference, vllm or vllm-ascend")
     spl.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="MTP module loaded")
-    spl.add_argument("--utilization", type=float, default=0.9, help="gpu-memory-utilization")
-    spl.add_argument("--bandwidth-gb-s", type=float, default=18.0, help="P -> D bandwidth per request, GB/s")
-    spl.add_argument("--tp", type=int, nargs="+", default=[1], help="TP degrees to try")
-    spl.add_argument("--top", type=int, default=10, help="how many ranked plans to print")
+    spl.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
+    spl.add_argument("--bandwidth-gb-s", type=_num(0.0, MAX_BANDWIDTH_GB_S), default=18.0, help="P -> D bandwidth per request, GB/s")
+    spl.add_argument("--tp", type=_int(1, MAX_CARDS), nargs="+", default=[1], help="TP degrees to try (repeats ignored)")
+    spl.add_argument("--top", type=_int(1, MAX_CARDS), default=10, help="how many ranked plans to print")
     spl.add_argument("--json", action="store_true")
     spl.set_defaults(func=cmd_plan)
 
@@ -329,10 +398,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PdcalcError as exc:
-        print(f"pdcalc: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
+    except RecursionError:  # a structure nested too deep for any check to name it
+        return _fail("an input is nested too deeply")
+    except MemoryError:
+        return _fail("an input is too large to hold in memory")
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    except KeyboardInterrupt:
+        print("pdcalc: interrupted", file=sys.stderr)
+        return 130
+
+
+def _fail(exc) -> int:
+    """One line on stderr, exit status 2."""
+    print(f"pdcalc: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

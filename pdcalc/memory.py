@@ -29,7 +29,7 @@ class CardWeights:
 
     model: str
     scheme: str
-    ep: int
+    ep: int | None                  # None: no expert parallelism, experts split over TP
     tp: int
     mtp: bool
     experts_per_card: int           # routed experts per layer on the fullest card (copies included)
@@ -39,30 +39,59 @@ class CardWeights:
     class_ii_bytes: float = 0.0     # everything replicated or TP-split
 
 
-def tensor_card_bytes(t, scheme, *, experts_per_card: int, tp: int) -> float:
+def tensor_card_bytes(t, scheme, *, experts_per_card: int, tp: int, experts_tp_split: bool = False) -> float:
     """Bytes of tensor ``t`` (all its instances) on one card: whole if replicated, ``1/tp`` if TP-split, the
-    card's ``experts_per_card`` of its ``t.count`` experts if EP-split."""
+    card's ``experts_per_card`` of its ``t.count`` experts if EP-split (each ``1/tp`` of itself when
+    ``experts_tp_split``: no expert parallelism, the experts split over TP like the dense layers)."""
     b = scheme.tensor_bytes(t)
     if t.shard == "ep":
-        return b / t.count * experts_per_card
+        return b / t.count * experts_per_card / (tp if experts_tp_split else 1)
     if t.shard == "tp":
         return b / tp
     return b
 
 
-def card_weights(model, scheme: str = "w8a8", *, ep: int = 1, tp: int = 1, mtp: bool = False,
+def check_tp(inv, tp) -> int:
+    """``tp`` as a TP degree the model's attention can be split by (:func:`pdcalc.checks.tp_problem`).
+
+    The same rule as :func:`pdcalc.throughput.step`: TP splits attention by head (and DeepSeek-V4's grouped
+    output projection by group, its indexer by head), so it must divide each of them. An inventory without
+    a config (an article's own architecture) is checked only for ``tp >= 1``.
+    """
+    from pdcalc.checks import integer, tp_problem
+
+    tp = integer("tp", tp, low=1)
+    cfg = inv.config
+    if cfg is not None:
+        v4 = cfg.model_type == "deepseek_v4"
+        problem = tp_problem(tp, heads=cfg.num_attention_heads, o_groups=cfg.o_groups if v4 else None,
+                             index_heads=cfg.index_n_heads if v4 else None)
+        if problem:
+            raise LayoutError(f"TP degree {problem}")
+    return tp
+
+
+def card_weights(model, scheme: str = "w8a8", *, ep: int | None = 1, tp: int = 1, mtp: bool = False,
                  redundant: int = 0) -> CardWeights:
-    """Weight bytes on one card of an EP group of ``ep`` cards with TP degree ``tp``."""
+    """Weight bytes on one card of an EP group of ``ep`` cards with TP degree ``tp``.
+
+    ``ep=None``: no expert parallelism; every card of a TP group holds ``1/tp`` of every routed expert (as
+    :func:`pdcalc.throughput.step` with ``ep=None``). ``tp`` must split the attention heads
+    (:func:`check_tp`).
+    """
     inv, sch = get_inventory(model), get_scheme(scheme)
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise LayoutError(f"tp must be an integer >= 1, got {tp!r}")
-    placement = place_experts(inv.n_routed_experts, ep, redundant)
-    n_card = placement.max_experts_per_card
+    tp = check_tp(inv, tp)
+    if ep is None:
+        if redundant:
+            raise LayoutError("redundant expert copies need expert parallelism (an EP group)")
+        n_card = inv.n_routed_experts
+    else:
+        n_card = place_experts(inv.n_routed_experts, ep, redundant).max_experts_per_card
     out = dict.fromkeys(CATEGORIES, 0.0)
     for t in inv.tensors:
         if t.part == "mtp" and not mtp:
             continue
-        out[t.category] += tensor_card_bytes(t, sch, experts_per_card=n_card, tp=tp)
+        out[t.category] += tensor_card_bytes(t, sch, experts_per_card=n_card, tp=tp, experts_tp_split=ep is None)
     by_cat = {k: v for k, v in out.items() if v}
     one = by_cat.get("routed_experts", 0.0)
     total = sum(by_cat.values())

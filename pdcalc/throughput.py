@@ -69,6 +69,7 @@ from pdcalc.hardware import Card, get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.kv_cache import ENGINES, engine_layout, mla_bytes_per_token
 from pdcalc.model import ModelConfig
+from pdcalc.checks import tp_problem
 from pdcalc.memory import card_weights
 from pdcalc.parallel import allreduce_bytes, expected_remote_cards, place_experts
 from pdcalc.quant import get_scheme
@@ -653,15 +654,10 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     s, c = _split(model), get_card(card)
     _check_int("tp", tp)
     _check_int("dp", dp)
-    if s.heads % tp:
-        raise LayoutError(f"tp={tp} does not divide the {s.heads} attention heads: TP splits attention by head")
-    if s.v4:
-        if s.o_groups % tp:
-            raise LayoutError(f"tp={tp} does not divide the {s.o_groups} output groups (o_groups): TP splits "
-                              f"the grouped output projection wo_a by group")
-        if s.index_heads % tp:
-            raise LayoutError(f"tp={tp} does not divide the {s.index_heads} indexer heads (index_n_heads): TP "
-                              f"splits the indexer by head")
+    problem = tp_problem(tp, heads=s.heads, o_groups=s.o_groups if s.v4 else None,
+                         index_heads=s.index_heads if s.v4 else None)
+    if problem:
+        raise LayoutError(f"TP degree {problem}")
     engine = _engine(s, engine)
     cards = tp * dp
     if ep is not None:

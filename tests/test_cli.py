@@ -138,9 +138,9 @@ def test_plan_json_ranks_and_nothing_fits_is_a_result():
 
 @pytest.mark.parametrize("args,message", [
     (("throughput", "deepseek-v3", "--card", "h800", "--tp", "3", "--dp", "1", "--context", "10", "--concurrency", "1"),
-     "tp=3 does not divide the 128 attention heads"),
+     "TP degree 3 does not divide the 128 attention heads"),
     (("plan", "--card", "nope", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1"), "unknown card 'nope'"),
-    (("plan", "--card", "h800", "--cards", "8", "--prompt", "0", "--output", "10", "--rate", "1"), "prompt_tokens"),
+    (("plan", "--card", "h800", "--cards", "8", "--prompt", "0", "--output", "10", "--rate", "1"), "argument --prompt: must be an integer in 1..16,777,216, got 0"),
 ])
 def test_throughput_and_plan_errors_are_one_line(args, message):
     out = run(*args)

@@ -209,7 +209,7 @@ def test_kv_bytes_per_token_matches_the_published_figure():
 
 # ------------------------------------------------------------------ errors
 @pytest.mark.parametrize("kw,match", [
-    (dict(tp=3, dp=1), "tp=3 does not divide the 128 attention heads"),
+    (dict(tp=3, dp=1), "TP degree 3 does not divide the 128 attention heads"),
     (dict(tp=8, dp=1, ep=3), r"ep=3 does not divide the 8 cards \(tp x dp = 8 x 1\)"),
     (dict(tp=1, dp=512, ep=512), "ep=512 exceeds the 256 routed experts"),
     (dict(tp=0, dp=1), "tp must be an integer >= 1"),
@@ -457,8 +457,8 @@ def test_v4_engine_sets_the_kv_bytes():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(tp=3, dp=1), "tp=3 does not divide the 64 attention heads"),
-    (dict(tp=16, dp=1), "tp=16 does not divide the 8 output groups"),
+    (dict(tp=3, dp=1), "TP degree 3 does not divide the 64 attention heads"),
+    (dict(tp=16, dp=1), "TP degree 16 does not divide the 8 output groups"),
     (dict(tp=8, dp=1, ep=3), r"ep=3 does not divide the 8 cards \(tp x dp = 8 x 1\)"),
     (dict(tp=1, dp=512, ep=512), "ep=512 exceeds the 256 routed experts"),
 ])
