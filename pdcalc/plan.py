@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -47,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from pdcalc import throughput as tput
+from pdcalc.checks import InputError, boolean, fraction, integer, number, show, text
 from pdcalc.errors import LayoutError
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
@@ -59,9 +61,24 @@ from pdcalc.transfer import exposed_seconds, link
 CONSTRAINTS = ("P memory", "D memory", "KV capacity", "prefill load", "TTFT", "TPOT")
 
 
+#: Largest cluster :class:`Setup` accepts (the planner is linear in it; this only stops a typo running away).
+MAX_CARDS = 65_536
+
+#: Most batch sizes per layout the decode step may be computed at (:attr:`Setup.decode_grid`).
+MAX_DECODE_GRID = 4_096
+
+def _positive_ints(name: str, value, *, allow_none: bool = False) -> tuple[int, ...] | None:
+    """A non-empty sequence of integers >= 1 as a tuple, duplicates removed, order kept."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray) or len(value) == 0:
+        raise InputError(name, f"must be a non-empty list of integers >= 1, got {show(value)}")
+    return tuple(dict.fromkeys(integer(f"{name}[{i}]", v, low=1) for i, v in enumerate(value)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workload:
-    """What the deployment must serve."""
+    """What the deployment must serve. Invalid values raise :class:`pdcalc.checks.InputError`."""
 
     prompt_tokens: int                   # tokens per prompt
     output_tokens: int                   # tokens generated per request
@@ -71,32 +88,34 @@ class Workload:
     tpot_s: float | None = None          # target time per output token; None: no target
 
     def __post_init__(self):
+        put = object.__setattr__
         for name in ("prompt_tokens", "output_tokens"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise LayoutError(f"{name} must be an integer >= 1, got {v!r}")
+            put(self, name, integer(name, getattr(self, name), low=1))
         if (self.rate_per_s is None) == (self.concurrency is None):
-            raise LayoutError("give exactly one of rate_per_s and concurrency")
-        if self.rate_per_s is not None and not self.rate_per_s > 0:
-            raise LayoutError(f"rate_per_s must be > 0, got {self.rate_per_s!r}")
-        if self.concurrency is not None and (isinstance(self.concurrency, bool) or self.concurrency < 1):
-            raise LayoutError(f"concurrency must be an integer >= 1, got {self.concurrency!r}")
+            raise InputError("rate_per_s", "give exactly one of rate_per_s (requests per second) and concurrency "
+                                            "(sequences decoding at once), got "
+                                            + ("neither" if self.rate_per_s is None else "both"))
+        if self.rate_per_s is not None:
+            put(self, "rate_per_s", number("rate_per_s", self.rate_per_s, low=0, low_open=True,
+                                           unit="requests per second"))
+        if self.concurrency is not None:
+            put(self, "concurrency", integer("concurrency", self.concurrency, low=1))
         for name in ("ttft_s", "tpot_s"):
-            v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise LayoutError(f"{name} must be > 0 seconds, got {v!r}")
+            if getattr(self, name) is not None:
+                put(self, name, number(name, getattr(self, name), low=0, low_open=True, unit="seconds"))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Setup:
-    """Model, hardware and engine assumptions of a plan."""
+    """Model, hardware and engine assumptions of a plan. Invalid values raise
+    :class:`pdcalc.checks.InputError`; names (model, card, scheme, engine) are resolved when planning."""
 
     model: str | Path = "deepseek-v4-flash"   # preset or config.json
     quant: str = "w8a8"                       # weights as stored (pdcalc.quant)
     weights_model: str | Path | None = None   # inventory that sizes the weights (e.g. an article preset); None: model
     weights_quant: str | None = None          # scheme for weights_model; None: quant
     card: str | Path = "ascend-910b2"         # card preset or hardware TOML
-    cards: int = 64                           # cluster size
+    cards: int = 64                           # cluster size, 2..MAX_CARDS
     mtp: bool = True                          # MTP module loaded (weights)
     utilization: float = 0.9                  # gpu-memory-utilization
     base: str = "visible"                     # memory utilisation applies to: "visible" or "installed"
@@ -106,32 +125,42 @@ class Setup:
     d_overhead_bytes: float = 4.0e9           # activations + framework per D card
     bandwidth_bytes_per_s: float = 18e9       # effective P -> D transfer bandwidth per request
     transfer_fixed_s: float = 0.0             # fixed cost per transfer
-    tp_options: tuple[int, ...] = (1,)        # TP degrees tried on both sides
+    tp_options: tuple[int, ...] = (1,)        # TP degrees tried on both sides (those the model allows)
     sizes: tuple[int, ...] | None = None      # instance sizes (cards) tried; None: powers of two up to cards
     mfu: float = tput.DEFAULT_MFU
     mbu: float = tput.DEFAULT_MBU
     comm_eff: float = tput.DEFAULT_COMM_EFF
-    max_load: float = 0.8                     # highest prefill utilisation accepted
+    max_load: float = 0.8                     # highest prefill utilisation accepted, in (0, 1)
     use_all_cards: bool = False               # only splits that use the whole cluster
     decode_grid: int = 48                     # batch sizes the decode step is computed at per layout
     step_kwargs: dict = field(default_factory=dict)  # extra keyword arguments for throughput.step
 
     def __post_init__(self):
-        if isinstance(self.cards, bool) or not isinstance(self.cards, (int, np.integer)) or self.cards < 2:
-            raise LayoutError(f"cards must be an integer >= 2 (one P and one D card at least), got {self.cards!r}")
-        if not 0 < self.utilization <= 1:
-            raise LayoutError(f"utilization must be in (0, 1], got {self.utilization!r}")
-        if not 0 < self.max_load < 1:
-            raise LayoutError(f"max_load must be in (0, 1), got {self.max_load!r}")
-        for name in ("p_overhead_bytes", "d_overhead_bytes", "transfer_fixed_s"):
-            if not getattr(self, name) >= 0:
-                raise LayoutError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if not self.bandwidth_bytes_per_s > 0:
-            raise LayoutError(f"bandwidth_bytes_per_s must be > 0, got {self.bandwidth_bytes_per_s!r}")
-        if self.kv_bytes_per_token is not None and not self.kv_bytes_per_token > 0:
-            raise LayoutError(f"kv_bytes_per_token must be > 0, got {self.kv_bytes_per_token!r}")
-        if not self.tp_options or any(isinstance(t, bool) or t < 1 for t in self.tp_options):
-            raise LayoutError(f"tp_options must be integers >= 1, got {self.tp_options!r}")
+        put = object.__setattr__
+        put(self, "cards", integer("cards", self.cards, low=2, high=MAX_CARDS))
+        put(self, "mtp", boolean("mtp", self.mtp))
+        put(self, "use_all_cards", boolean("use_all_cards", self.use_all_cards))
+        for name in ("utilization", "mfu", "mbu", "comm_eff"):
+            put(self, name, fraction(name, getattr(self, name)))
+        if text("base", self.base) not in ("visible", "installed"):
+            raise InputError("base", f"must be 'visible' or 'installed', got {show(self.base)}")
+        load = number("max_load", self.max_load, low=0, high=1, low_open=True)
+        if load == 1:
+            raise InputError("max_load", "must be a finite number in (0, 1) (a prefill utilisation below 1), got 1")
+        put(self, "max_load", load)
+        put(self, "p_overhead_bytes", number("p_overhead_bytes", self.p_overhead_bytes, low=0, unit="bytes"))
+        put(self, "d_overhead_bytes", number("d_overhead_bytes", self.d_overhead_bytes, low=0, unit="bytes"))
+        put(self, "transfer_fixed_s", number("transfer_fixed_s", self.transfer_fixed_s, low=0, unit="seconds"))
+        put(self, "bandwidth_bytes_per_s", number("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, low=0,
+                                                  low_open=True, unit="bytes per second"))
+        if self.kv_bytes_per_token is not None:
+            put(self, "kv_bytes_per_token", number("kv_bytes_per_token", self.kv_bytes_per_token, low=0,
+                                                   low_open=True, unit="bytes"))
+        put(self, "tp_options", _positive_ints("tp_options", self.tp_options))
+        put(self, "sizes", _positive_ints("sizes", self.sizes, allow_none=True))
+        put(self, "decode_grid", integer("decode_grid", self.decode_grid, low=2, high=MAX_DECODE_GRID))
+        if not isinstance(self.step_kwargs, dict):
+            raise InputError("step_kwargs", f"must be a dict of keyword arguments, got {show(self.step_kwargs)}")
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ import math
 import numpy as np
 import pytest
 
-from pdcalc.errors import LayoutError
-from pdcalc.plan import CONSTRAINTS, Setup, Workload, evaluate, evaluate_loop, plan, seq_kv_bytes, sides
+from pdcalc.checks import InputError
+from pdcalc.errors import PdcalcError
+from pdcalc.plan import CONSTRAINTS, MAX_CARDS, Setup, Workload, evaluate, evaluate_loop, plan, seq_kv_bytes, sides
 
 V3 = dict(model="deepseek-v3", quant="w8a8", card="ascend-910b2", mtp=False, engine="vllm")
 
@@ -18,20 +19,53 @@ def v3_case():
 
 
 def test_workload_and_setup_errors():
-    with pytest.raises(LayoutError, match="exactly one"):
+    with pytest.raises(InputError, match="exactly one.*neither"):
         Workload(prompt_tokens=10, output_tokens=10)
-    with pytest.raises(LayoutError, match="exactly one"):
+    with pytest.raises(InputError, match="exactly one.*both"):
         Workload(prompt_tokens=10, output_tokens=10, rate_per_s=1.0, concurrency=4)
-    with pytest.raises(LayoutError, match="prompt_tokens"):
+    with pytest.raises(InputError, match=r"prompt_tokens: must be an integer >= 1, got 0"):
         Workload(prompt_tokens=0, output_tokens=10, concurrency=1)
-    with pytest.raises(LayoutError, match="tpot_s"):
+    with pytest.raises(InputError, match=r"concurrency: must be an integer >= 1, got 0"):
+        Workload(prompt_tokens=10, output_tokens=10, concurrency=0)
+    with pytest.raises(InputError, match=r"tpot_s: must be a finite number > 0 \(seconds\), got -1"):
         Workload(prompt_tokens=10, output_tokens=10, concurrency=1, tpot_s=-1)
-    with pytest.raises(LayoutError, match="cards"):
+    with pytest.raises(InputError, match="cards: must be an integer in 2..65,536, got 1"):
         Setup(cards=1)
-    with pytest.raises(LayoutError, match="utilization"):
+    with pytest.raises(InputError, match="cards"):
+        Setup(cards=MAX_CARDS + 1)
+    with pytest.raises(InputError, match=r"utilization: .*in \(0, 1\]"):
         Setup(utilization=1.5)
-    with pytest.raises(LayoutError, match="bandwidth"):
+    with pytest.raises(InputError, match="bandwidth_bytes_per_s: must be a finite number > 0"):
         Setup(bandwidth_bytes_per_s=0)
+    with pytest.raises(InputError, match=r"max_load: must be a finite number in \(0, 1\)"):
+        Setup(max_load=1.0)
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, -math.inf])
+def test_non_finite_numbers_are_refused(bad):
+    for kw in ({"rate_per_s": bad}, {"concurrency": 4, "ttft_s": bad}, {"concurrency": 4, "tpot_s": bad}):
+        with pytest.raises(InputError, match="finite"):
+            Workload(prompt_tokens=10, output_tokens=10, **kw)
+    for name in ("bandwidth_bytes_per_s", "transfer_fixed_s", "p_overhead_bytes", "kv_bytes_per_token", "mfu",
+                 "max_load"):
+        with pytest.raises(InputError, match=f"{name}: .*finite"):
+            Setup(**{name: bad})
+
+
+def test_lists_of_integers():
+    assert Setup(tp_options=[2, 1, 2]).tp_options == (2, 1)
+    assert Setup(sizes=(8, 4, 8)).sizes == (8, 4)
+    assert Setup(cards=64.0).cards == 64 and isinstance(Setup(cards=64.0).cards, int)
+    for bad in ((0,), (1, 2.5), (True,), (), 2, "12"):
+        with pytest.raises(InputError, match="tp_options"):
+            Setup(tp_options=bad)
+    with pytest.raises(InputError, match=r"sizes\[1\]: must be an integer >= 1, got 0"):
+        Setup(sizes=(8, 0))
+    with pytest.raises(InputError, match="use_all_cards: must be true or false"):
+        Setup(use_all_cards=1)
+    with pytest.raises(InputError, match="base"):
+        Setup(base="hbm")
+    assert isinstance(InputError("x", "y"), PdcalcError)
 
 
 def test_vectorized_equals_loop(v3_case):
