@@ -27,171 +27,13 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
-from dataclasses import dataclass, replace
-from functools import cache
-from importlib import resources
-from typing import Callable
 
 import pandas as pd
 
 from pdcalc.errors import UnknownNameError
-
-ARTICLES = {
-    "v4": "deepseek-v4-flash-910b-pd-analysis.zh.txt",
-    "v3": "deepseek-v3-910b2-tp-dp-deployment.zh.txt",
-}
-VERDICTS = ("match", "rounding", "erratum", "input", "pending")
-
-
-@dataclass(frozen=True)
-class Recompute:
-    """How pdcalc recomputes one claim."""
-
-    fn: Callable[[], float | tuple]
-    method: str
-    why: str | Callable[[], str] = ""  # explanation of a mismatch (required for an erratum); a callable
-                                        # builds it from computed numbers
-
-    def explanation(self) -> str:
-        return self.why() if callable(self.why) else self.why
-
-
-_REGISTRY: dict[str, Recompute] = {}
-
-
-def recomputes(*claim_ids: str, method: str, why: str | Callable[[], str] = ""):
-    """Register ``fn`` as the recomputation of ``claim_ids`` (same function, same method)."""
-
-    def deco(fn):
-        for cid in claim_ids:
-            if cid in _REGISTRY:
-                raise ValueError(f"claim {cid} registered twice")
-            _REGISTRY[cid] = Recompute(fn=fn, method=method, why=why)
-        return fn
-
-    return deco
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One printed number and its audit."""
-
-    id: str
-    article: str
-    section: str
-    where: str
-    quantity: str
-    printed: str
-    value: float | tuple
-    unit: str
-    kind: str
-    formula: str = ""
-    note: str = ""
-    occurrences: int = 1
-    recomputed: float | tuple | None = None
-    method: str = ""
-    verdict: str = "pending"
-    explanation: str = ""
-    delta: float | None = None
-
-
-def _decimals(printed: str, value: float) -> int:
-    """Decimal places of the printed number equal to ``value`` (thousands separators ignored)."""
-    for tok in re.findall(r"\d[\d,]*(?:\.\d+)?", printed):
-        num = tok.replace(",", "")
-        try:
-            if math.isclose(float(num), float(value), rel_tol=1e-12, abs_tol=1e-12):
-                return len(num.split(".")[1]) if "." in num else 0
-        except ValueError:
-            continue
-    text = repr(float(value))
-    return 0 if float(value).is_integer() else len(text.split(".")[1])
-
-
-def _last_digit_unit(printed: str, value: float) -> float:
-    """Size of one unit in the last significant printed digit (trailing zeros of an integer are not
-    significant: "3,170M" is precise to 10M)."""
-    d = _decimals(printed, value)
-    if d == 0 and float(value).is_integer() and value != 0:
-        n, zeros = int(abs(value)), 0
-        while n % 10 == 0:
-            n //= 10
-            zeros += 1
-        return 10.0 ** zeros
-    return 10.0 ** -d
-
-
-def _bound(printed: str) -> str | None:
-    p = printed.strip()
-    for mark in ("<=", "≤", ">=", "≥", "<", ">"):
-        if p.startswith(mark) or p.startswith("~" + mark):
-            return mark
-    return None
-
-
-#: Units of whole things (cards, experts, ids...): an integer printed without "~" must be exact.
-EXACT_UNITS = frozenset({"count", "cards", "servers", "experts", "layers", "users", "sequences", "replicas",
-                         "instances", "groups", "heads", "dim", "params", "tokens"})
-_APPROX = ("~", "≈", "约", "量级")
-#: A "rounding" slip is at most one unit in the last printed digit *and* at most this fraction of the
-#: printed value: "1 KB" for 0.13 KB is not a rounding slip, whatever its last digit.
-ROUNDING_MAX_RELATIVE = 0.1
-
-
-def judge(printed: str, value, recomputed, unit: str | None = None) -> tuple[str, float | None]:
-    """Verdict and signed difference (recomputed - printed) of one number.
-
-    An integer in one of :data:`EXACT_UNITS` printed without an approximation mark is exact: any
-    difference is an erratum. A printed range against one recomputed number matches when the number lies
-    in the range (the delta is then the distance outside it); against a recomputed range it is judged end
-    by end.
-    """
-    if isinstance(value, (list, tuple)) and not isinstance(recomputed, (list, tuple)):
-        # one recomputed number against a printed range ("数百GB": somewhere in the hundreds)
-        lo, hi = float(value[0]), float(value[1])
-        r = float(recomputed)
-        inside = lo <= r <= hi
-        return ("match" if inside else "erratum"), (0.0 if inside else (r - lo if r < lo else r - hi))
-    if isinstance(value, (list, tuple)):
-        if len(recomputed) != len(value):
-            raise TypeError("a printed range needs a recomputed range of the same length")
-        parts = [judge(printed, v, r, unit) for v, r in zip(value, recomputed)]
-        order = ("match", "rounding", "erratum")
-        worst = max((p[0] for p in parts), key=order.index)
-        return worst, max((p[1] for p in parts), key=abs)
-    v, r = float(value), float(recomputed)
-    delta = r - v
-    bound = _bound(printed)
-    if bound is not None:
-        ok = {"<": r < v, "≤": r <= v, "<=": r <= v, ">": r > v, "≥": r >= v, ">=": r >= v}[bound]
-        return ("match" if ok else "erratum"), delta
-    if (unit in EXACT_UNITS and float(v).is_integer() and not any(m in printed for m in _APPROX)):
-        return ("match" if delta == 0 else "erratum"), delta
-    unit = _last_digit_unit(printed, v)
-    if abs(delta) <= 0.5 * unit * (1 + 1e-9) + 1e-12 * abs(v):
-        return "match", delta
-    if abs(delta) <= unit * (1 + 1e-9) and abs(delta) <= ROUNDING_MAX_RELATIVE * abs(v):
-        return "rounding", delta
-    return "erratum", delta
-
-
-@cache
-def _raw(article: str) -> tuple[dict, ...]:
-    path = resources.files("pdcalc").joinpath("data", "claims", f"{article}.toml")
-    if not path.is_file():
-        return ()
-    with path.open("rb") as fh:
-        return tuple(tomllib.load(fh)["claim"])
-
-
-def printed_value(claim_id: str):
-    """The value a claim prints, read from the registry data (no recomputation involved)."""
-    article = claim_id.split("-", 1)[0]
-    for raw in _raw(article):
-        if raw["id"] == claim_id:
-            return tuple(raw["value"]) if isinstance(raw["value"], list) else raw["value"]
-    raise UnknownNameError("claim", claim_id, [r["id"] for a in ARTICLES for r in _raw(a)])
+from pdcalc.registry import _REGISTRY, ARTICLES, Claim, evaluate
+# the registry's public names, read through this module too
+from pdcalc.registry import VERDICTS, judge, printed_value, recomputes  # noqa: F401
 
 
 def _load_recomputations() -> None:
@@ -199,31 +41,10 @@ def _load_recomputations() -> None:
     from pdcalc import audit  # noqa: F401
 
 
-def _evaluate(raw: dict, article: str) -> Claim:
-    value = raw["value"]
-    value = tuple(value) if isinstance(value, list) else value
-    c = Claim(id=raw["id"], article=article, section=str(raw["section"]), where=raw.get("where", ""),
-              quantity=raw["quantity"], printed=raw["printed"], value=value, unit=raw["unit"],
-              kind=raw["kind"], formula=raw.get("formula", ""), note=raw.get("note", ""),
-              occurrences=raw.get("occurrences", 1))
-    rc = _REGISTRY.get(c.id)
-    if rc is None:
-        return replace(c, verdict="input" if c.kind == "input" else "pending")
-    rec = rc.fn()
-    rec = tuple(rec) if isinstance(rec, list) else rec
-    verdict, delta = judge(c.printed, c.value, rec, c.unit)
-    return replace(c, recomputed=rec, method=rc.method, verdict=verdict, explanation=rc.explanation(), delta=delta)
-
-
 def claims(article: str | None = None) -> list[Claim]:
     """All claims (of one article: ``"v4"`` or ``"v3"``), evaluated."""
     _load_recomputations()
-    if article is not None and article not in ARTICLES:
-        raise UnknownNameError("article", article, ARTICLES)
-    out: list[Claim] = []
-    for a in ([article] if article else list(ARTICLES)):
-        out += [_evaluate(r, a) for r in _raw(a)]
-    return out
+    return evaluate(article)
 
 
 def get_claim(claim_id: str) -> Claim:
@@ -264,7 +85,6 @@ def problems(article: str | None = None) -> list[str]:
     out = []
     cs = claims(article)
     for c in cs:
-        rc = _REGISTRY.get(c.id)
         if c.verdict == "erratum" and not c.explanation:
             out.append(f"{c.id}: erratum without an explanation (printed {c.printed}, recomputed {c.recomputed})")
         if c.verdict == "match" and c.explanation:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from pdcalc.claims import _REGISTRY, printed_value, recomputes
+from pdcalc.registry import _REGISTRY, printed_value, recomputes
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.model import load_config

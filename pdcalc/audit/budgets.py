@@ -14,7 +14,7 @@ from functools import cache, partial
 from pdcalc.audit.architecture import _class_ii_why
 from pdcalc.audit.per_card import (D_EP, P_EP, _card_why, _dep, art_hbm_gb, art_ii_gb, article_card,
                                    article_usable_gb, class_ii_gb, experts_card, routed_card_gb, weight_card_gb)
-from pdcalc.claims import _REGISTRY, printed_value, recomputes
+from pdcalc.registry import _REGISTRY, printed_value, recomputes
 from pdcalc.kv_cache import article_kv_bytes
 from pdcalc.memory import MemoryPlan, memory_plan
 from pdcalc.model import load_config

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pdcalc.audit.budgets import kb_per_token
-from pdcalc.claims import _REGISTRY, printed_value, recomputes
+from pdcalc.registry import _REGISTRY, printed_value, recomputes
 from pdcalc.kv_cache import article_kv_bytes
 from pdcalc.units import GB, MB
 

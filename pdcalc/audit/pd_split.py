@@ -11,7 +11,7 @@ from pdcalc.audit.architecture import _p as _params
 from pdcalc.audit.per_card import (D_EP, P_EP, _card_why, _dep, art_ii_gb, article_usable_gb, class_ii_gb,
                                    experts_card, routed_card_gb)
 from pdcalc.audit.per_card import weight_card_gb as _w
-from pdcalc.claims import _REGISTRY, printed_value, recomputes
+from pdcalc.registry import _REGISTRY, printed_value, recomputes
 from pdcalc.units import GB
 
 _BEFORE = set(_REGISTRY)

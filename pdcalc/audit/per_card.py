@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache, partial
 
 from pdcalc.audit.architecture import _class_ii_why, article_class_ii
-from pdcalc.claims import _REGISTRY, printed_value, recomputes
+from pdcalc.registry import _REGISTRY, printed_value, recomputes
 from pdcalc.deployment import get_deployment
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory

@@ -17,8 +17,9 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from pdcalc.claims import _REGISTRY, _bound, _decimals, _raw, printed_value, recomputes
-from pdcalc.claims import claims as _evaluate_claims
+from pdcalc.registry import _REGISTRY, _bound, _decimals, _raw, printed_value, recomputes
+from pdcalc.audit import architecture  # noqa: F401  (registers the v3 claims about the model itself)
+from pdcalc.registry import evaluate as _evaluate_claims
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.kv_cache import mla_bytes_per_token
