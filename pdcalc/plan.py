@@ -1,5 +1,5 @@
-"""Plan a prefill/decode (PD) disaggregated deployment: every way to cut a cluster into P and D
-instances, evaluated at once, and the best one under latency targets.
+"""Plan a prefill/decode (PD) disaggregated deployment: the ways to cut a cluster into P and D instances,
+evaluated at once, and the best one under latency targets.
 
 A candidate is ``n_p`` prefill instances of ``s_p`` cards (TP degree ``t_p``, EP group = the instance,
 ``s_p / t_p`` DP ranks) and ``n_d`` decode instances of ``s_d`` cards, with ``n_p s_p + n_d s_d`` at most
@@ -29,10 +29,30 @@ targets; they are ranked by output tokens per second per card, then by TTFT. The
 candidate is the first one it fails, in the order of :data:`CONSTRAINTS` (memory before capacity before
 latency); for a feasible candidate, the one with the least relative slack.
 
+**Which splits are evaluated.** For a fixed P layout, D layout and ``n_d``, everything but the cards used
+and the P side's load and TTFT is independent of ``n_p``: the sequences, the TPOT, the output tokens/s and
+(given a concurrency) the request rate depend on the D side only. Load and TTFT fall as ``n_p`` grows, so
+feasibility in ``n_p`` is a threshold, while tokens/s per card falls as ``n_p`` grows. Among the splits
+sharing the D side, the smallest ``n_p`` that meets the load limit and the TTFT target therefore ranks
+first and every larger one is dominated. The planner evaluates, for each pair of layouts, each ``n_d``
+once, with
+
+.. math:: n_p = \\left\\lceil \\frac{R}{\\mu_p \\, \\min\\left(\\rho_\\max,\\; 1 - t_\\text{pf} /
+   (\\text{TTFT}_\\text{target} - t_\\text{x})\\right)} \\right\\rceil
+
+(``mu_p`` the prompts per second of one P instance; the second term only with a TTFT target), corrected by
+one step either way where rounding puts it across the threshold (checked with the same slack formulas as
+the evaluation), and clamped to the P instances the cluster has left: when none meets the load and TTFT,
+the largest that fits, which is the closest. With ``use_all_cards``, ``n_p`` is fixed by ``n_d``. This is
+``O(cards)`` splits per pair of layouts, against ``O(cards**2)`` for the whole split space, whose size
+:func:`count_splits` gives arithmetically (:attr:`Plan.splits`). The best plan, the feasible/infeasible
+verdict and the closest candidate when nothing fits are those of the whole space; the ranked table lists
+one row per D side instead of every dominated P side.
+
 The evaluation is vectorized: the per-layout quantities (weights, prefill time, the decode step time over
-a grid of batch sizes) are computed once per distinct layout, then every candidate is evaluated with numpy
-array arithmetic. :func:`evaluate_loop` does the same one candidate at a time in plain Python (for the
-benchmark and as a cross-check).
+a grid of batch sizes) are computed once per distinct layout, the decode side once per ``(D layout,
+n_d)``, then every candidate is evaluated with numpy array arithmetic. :func:`evaluate_loop` does the same
+one candidate at a time in plain Python (for the benchmark and as a cross-check).
 """
 
 from __future__ import annotations
@@ -40,8 +60,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from functools import cache
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +78,6 @@ from pdcalc.parallel import place_experts
 from pdcalc.transfer import exposed_seconds, link
 
 CONSTRAINTS = ("P memory", "D memory", "KV capacity", "prefill load", "TTFT", "TPOT")
-
 
 #: Largest cluster :class:`Setup` accepts (the planner is linear in it; this only stops a typo running away).
 MAX_CARDS = 65_536
@@ -183,11 +201,15 @@ class Side:
         return self.size // self.tp
 
 
+def _tried_sizes(setup: Setup) -> tuple[int, ...]:
+    return setup.sizes or tuple(2 ** k for k in range(int(math.log2(setup.cards)) + 1))
+
+
 def _sizes(setup: Setup, n_experts: int) -> list[int]:
-    sizes = setup.sizes or tuple(2 ** k for k in range(int(math.log2(setup.cards)) + 1))
+    """Instance sizes tried that leave a card for the other side and can spread the routed experts."""
     out = []
-    for s in sizes:
-        if isinstance(s, bool) or s < 1 or s > setup.cards - 1:
+    for s in _tried_sizes(setup):
+        if s > setup.cards - 1:
             continue
         try:
             place_experts(n_experts, s)
@@ -246,28 +268,6 @@ def sides(setup: Setup, work: Workload) -> tuple[list[Side], list[Side]]:
     return p_out, d_out
 
 
-def _candidates(setup: Setup, p_sides: list[Side], d_sides: list[Side]) -> dict[str, np.ndarray]:
-    """Index arrays of every (P layout, n_p, D layout, n_d) within the cluster."""
-    pi, npi, di, ndi = [], [], [], []
-    for i, p in enumerate(p_sides):
-        for j, d in enumerate(d_sides):
-            n_p = np.arange(1, setup.cards // p.size + 1)
-            for k in n_p:
-                left = setup.cards - k * p.size
-                if left < d.size:
-                    continue
-                n_d = np.arange(1, left // d.size + 1)
-                if setup.use_all_cards:
-                    n_d = n_d[k * p.size + n_d * d.size == setup.cards]
-                pi.append(np.full(n_d.size, i))
-                npi.append(np.full(n_d.size, k))
-                di.append(np.full(n_d.size, j))
-                ndi.append(n_d)
-    if not pi:
-        return {k: np.zeros(0, dtype=int) for k in ("p", "n_p", "d", "n_d")}
-    return {"p": np.concatenate(pi), "n_p": np.concatenate(npi), "d": np.concatenate(di), "n_d": np.concatenate(ndi)}
-
-
 def _tpot_at(d: Side, per_instance):
     """Decode step time at ``per_instance`` sequences (interpolated on the layout's grid, log-log)."""
     x = np.clip(per_instance, d.batch[0], d.batch[-1])
@@ -276,64 +276,188 @@ def _tpot_at(d: Side, per_instance):
     return np.exp(np.interp(np.log(x), np.log(d.batch), np.log(d.tpot)))
 
 
-def evaluate(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> pd.DataFrame:
-    """Every candidate, evaluated with numpy arrays; one row per candidate (see the module docstring)."""
+@dataclass(frozen=True)
+class _Decode:
+    """The decode side at every ``n_d`` of every D layout, concatenated: layout ``j``'s ``n_d`` is at
+    ``offset[j] + n_d - 1``."""
+
+    offset: np.ndarray
+    conc: np.ndarray
+    tpot: np.ndarray
+    out_tok_s: np.ndarray
+    rate: np.ndarray
+
+    def at(self, d, n_d) -> np.ndarray:
+        return self.offset[d] + np.asarray(n_d, dtype=np.int64) - 1
+
+
+def _decode_table(setup: Setup, work: Workload, d_sides: list[Side]) -> _Decode:
+    """Sequences in flight, TPOT, output tokens/s and request rate at each ``n_d = 1 .. cards // size``."""
+    counts = [setup.cards // d.size for d in d_sides]
+    offset = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if counts else np.zeros(0, np.int64)
+    conc, tpot = [np.zeros(0)], [np.zeros(0)]
+    for side, k in zip(d_sides, counts):
+        n_d = np.arange(1, k + 1, dtype=float)
+        if work.concurrency is not None:
+            c = np.full(k, float(work.concurrency))
+            t = _tpot_at(side, c / n_d)
+        else:
+            s = work.rate_per_s * work.output_tokens * _tpot_at(side, np.ones(k))
+            for _ in range(60):
+                s = work.rate_per_s * work.output_tokens * _tpot_at(side, np.maximum(s / n_d, 1.0))
+            c, t = s, _tpot_at(side, np.maximum(s / n_d, 1.0))
+        conc.append(c)
+        tpot.append(t)
+    conc, tpot = np.concatenate(conc), np.concatenate(tpot)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(np.isfinite(tpot) & np.isfinite(conc), conc / tpot, 0.0)
+    rate = out / work.output_tokens if work.concurrency is not None else np.full(out.size, work.rate_per_s)
+    return _Decode(offset, conc, tpot, out, rate)
+
+
+def _transfer(setup: Setup, work: Workload, p_sides: list[Side]) -> np.ndarray:
+    """Exposed KV transfer time of each P layout."""
+    lnk = link(setup.bandwidth_bytes_per_s, setup.transfer_fixed_s)
+    pf = np.array([p.prefill_s for p in p_sides], dtype=float)
+    return np.atleast_1d(np.asarray(exposed_seconds(lnk, float(seq_kv_bytes(setup, work.prompt_tokens)), pf,
+                                                    _main_layers(setup)), dtype=float))
+
+
+def _p_slack(setup: Setup, work: Workload, n_p, prompts_per_s, prefill_s, xfer, rate):
+    """Prefill load, TTFT and their slacks, the formulas of :func:`evaluate`."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        load = rate / (n_p * prompts_per_s)
+        ttft = np.where(load < 1, prefill_s / (1 - load), np.inf) + xfer
+        s_load = 1 - load / setup.max_load
+        s_ttft = 1 - ttft / work.ttft_s if work.ttft_s else np.full(np.shape(load), np.inf)
+    return load, ttft, s_load, s_ttft
+
+
+def _p_ok(setup, work, n_p, p: Side, xfer, rate) -> np.ndarray:
+    _, _, s_load, s_ttft = _p_slack(setup, work, n_p.astype(float), p.prompts_per_s, p.prefill_s, xfer, rate)
+    return (np.nan_to_num(s_load, nan=-np.inf) >= 0) & (np.nan_to_num(s_ttft, nan=-np.inf) >= 0)
+
+
+def _smallest_p(setup: Setup, work: Workload, p: Side, xfer: float, rate: np.ndarray,
+                n_max: np.ndarray) -> np.ndarray:
+    """For each request rate, the fewest P instances meeting the load limit and the TTFT target, or
+    ``n_max`` (all the cluster leaves) when none up to it does."""
+    lim = setup.max_load
+    if work.ttft_s:
+        room = work.ttft_s - xfer
+        lim = min(lim, 1 - p.prefill_s / room) if room > 0 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        need = rate / (p.prompts_per_s * lim) if lim > 0 else np.full(rate.shape, np.inf)
+    need = np.where(np.isnan(need), np.inf, need)
+    n = np.clip(np.ceil(need), 1, n_max + 1).astype(np.int64)
+    for _ in range(64):                       # rounding put it one too high
+        down = (n > 1) & _p_ok(setup, work, n - 1, p, xfer, rate)
+        if not down.any():
+            break
+        n -= down
+    for _ in range(64):                       # ... or one too low
+        up = (n <= n_max) & ~_p_ok(setup, work, n, p, xfer, rate)
+        if not up.any():
+            break
+        n += up
+    return np.minimum(n, n_max)
+
+
+def _empty_candidates() -> dict[str, np.ndarray]:
+    return {k: np.zeros(0, dtype=np.int64) for k in ("p", "n_p", "d", "n_d")}
+
+
+def _candidates(setup: Setup, work: Workload, p_sides: list[Side], d_sides: list[Side],
+                dec: _Decode | None = None, xfer: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Index arrays of the evaluated splits: each (P layout, D layout, n_d) within the cluster once, with
+    the smallest ``n_p`` meeting load and TTFT (the largest that fits when none does); with
+    ``use_all_cards``, the ``n_p`` that fills the cluster. Ordered by P layout, D layout, ``n_p``, ``n_d``."""
+    if not p_sides or not d_sides:
+        return _empty_candidates()
+    dec = dec if dec is not None else _decode_table(setup, work, d_sides)
+    xfer = xfer if xfer is not None else _transfer(setup, work, p_sides)
+    C = setup.cards
+    pi, npi, di, ndi = [], [], [], []
+    for i, p in enumerate(p_sides):
+        for j, d in enumerate(d_sides):
+            n_d = np.arange(1, (C - p.size) // d.size + 1, dtype=np.int64)
+            if not n_d.size:
+                continue
+            left = C - n_d * d.size
+            n_max = left // p.size
+            if setup.use_all_cards:
+                keep = left % p.size == 0
+                n_d, n_p = n_d[keep], n_max[keep]
+            else:
+                n_p = _smallest_p(setup, work, p, float(xfer[i]), dec.rate[dec.at(j, n_d)], n_max)
+            pi.append(np.full(n_d.size, i, dtype=np.int64))
+            di.append(np.full(n_d.size, j, dtype=np.int64))
+            npi.append(n_p)
+            ndi.append(n_d)
+    if not pi:
+        return _empty_candidates()
+    c = {"p": np.concatenate(pi), "n_p": np.concatenate(npi), "d": np.concatenate(di), "n_d": np.concatenate(ndi)}
+    order = np.lexsort((c["n_d"], c["n_p"], c["d"], c["p"]))
+    return {k: v[order] for k, v in c.items()}
+
+
+def count_splits(setup: Setup, p_sides: list[Side], d_sides: list[Side]) -> int:
+    """Size of the whole split space: every (P layout, ``n_p``, D layout, ``n_d``) with ``n_p, n_d >= 1``
+    within the cluster (exactly filling it with ``use_all_cards``), counted arithmetically."""
+    C, total = setup.cards, 0
+    for p in p_sides:
+        for d in d_sides:
+            n_p = np.arange(1, (C - d.size) // p.size + 1, dtype=np.int64)
+            left = C - n_p * p.size
+            total += int(np.count_nonzero(left % d.size == 0) if setup.use_all_cards else (left // d.size).sum())
+    return total
+
+
+def evaluate(setup: Setup, work: Workload, p_sides=None, d_sides=None, *, candidates=None) -> pd.DataFrame:
+    """The planner's candidates (module docstring), evaluated with numpy arrays; one row per candidate.
+
+    ``candidates``: index arrays ``p, n_p, d, n_d`` (positions in ``p_sides`` and ``d_sides``) of other
+    splits to evaluate instead, e.g. the whole split space."""
     if p_sides is None:
         p_sides, d_sides = sides(setup, work)
-    c = _candidates(setup, p_sides, d_sides)
-    n = c["p"].size
-    P = {k: np.array([getattr(s, k) for s in p_sides]) for k in ("size", "tp", "weights_bytes", "room_bytes",
-                                                                 "prefill_s", "prompts_per_s")}
-    D = {k: np.array([getattr(s, k) for s in d_sides]) for k in ("size", "tp", "weights_bytes", "room_bytes",
-                                                                 "seqs_per_rank")}
-    p, d, n_p, n_d = c["p"], c["d"], c["n_p"].astype(float), c["n_d"].astype(float)
+    dec = _decode_table(setup, work, d_sides)
+    xfer_p = _transfer(setup, work, p_sides)
+    c = candidates if candidates is not None else _candidates(setup, work, p_sides, d_sides, dec, xfer_p)
+    n = len(c["p"])
+    P = {k: np.array([getattr(s, k) for s in p_sides], dtype=float) for k in
+         ("size", "tp", "weights_bytes", "room_bytes", "prefill_s", "prompts_per_s")}
+    D = {k: np.array([getattr(s, k) for s in d_sides], dtype=float) for k in
+         ("size", "tp", "weights_bytes", "room_bytes", "seqs_per_rank")}
+    p, d = np.asarray(c["p"], dtype=np.int64), np.asarray(c["d"], dtype=np.int64)
+    n_p, n_d = np.asarray(c["n_p"], dtype=float), np.asarray(c["n_d"], dtype=float)
     d_dp = D["size"][d] // D["tp"][d]
     cap_seqs = n_d * d_dp * D["seqs_per_rank"][d]
-    tpot = np.full(n, np.inf)
-    conc = np.zeros(n)
-    for j, side in enumerate(d_sides):          # one interpolation table per D layout
-        m = d == j
-        if not m.any():
-            continue
-        if work.concurrency is not None:
-            conc[m] = work.concurrency
-            tpot[m] = _tpot_at(side, conc[m] / n_d[m])
-        else:
-            s = work.rate_per_s * work.output_tokens * _tpot_at(side, np.ones(m.sum()))
-            for _ in range(60):
-                s = work.rate_per_s * work.output_tokens * _tpot_at(side, np.maximum(s / n_d[m], 1.0))
-            conc[m] = s
-            tpot[m] = _tpot_at(side, np.maximum(s / n_d[m], 1.0))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out_tok_s = np.where(np.isfinite(tpot) & np.isfinite(conc), conc / tpot, 0.0)
-    rate = out_tok_s / work.output_tokens if work.concurrency is not None else np.full(n, work.rate_per_s)
-    p_cap = n_p * P["prompts_per_s"][p]
-    load = rate / p_cap
-    lnk = link(setup.bandwidth_bytes_per_s, setup.transfer_fixed_s)
-    xfer = exposed_seconds(lnk, float(seq_kv_bytes(setup, work.prompt_tokens)), P["prefill_s"][p],
-                           _main_layers(setup))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ttft = np.where(load < 1, P["prefill_s"][p] / (1 - load), np.inf) + xfer
+    at = dec.at(d, c["n_d"]) if n else np.zeros(0, dtype=np.int64)
+    conc, tpot, out_tok_s, rate = dec.conc[at], dec.tpot[at], dec.out_tok_s[at], dec.rate[at]
+    xfer = xfer_p[p] if n else np.zeros(0)
+    load, ttft, s_load, s_ttft = _p_slack(setup, work, n_p, P["prompts_per_s"][p], P["prefill_s"][p], xfer, rate)
     cards_used = n_p * P["size"][p] + n_d * D["size"][d]
     slack = {
         "P memory": P["room_bytes"][p] / _usable(setup),
         "D memory": D["room_bytes"][d] / _usable(setup),
         "KV capacity": 1 - conc / np.maximum(cap_seqs, 1e-9),
-        "prefill load": 1 - load / setup.max_load,
-        "TTFT": 1 - ttft / work.ttft_s if work.ttft_s else np.full(n, np.inf),
+        "prefill load": s_load,
+        "TTFT": s_ttft,
         "TPOT": 1 - tpot / work.tpot_s if work.tpot_s else np.full(n, np.inf),
     }
     slack_m = np.vstack([np.nan_to_num(np.asarray(slack[k], dtype=float), nan=-np.inf) for k in CONSTRAINTS])
     feasible = np.all(slack_m >= 0, axis=0)
     failing = slack_m < 0
     first_fail = np.where(failing.any(axis=0), np.argmax(failing, axis=0), np.argmin(slack_m, axis=0))
-    binding = np.asarray(CONSTRAINTS)[first_fail] if n else np.array([], dtype=str)
+    binding = np.asarray(CONSTRAINTS, dtype=object)[first_fail] if n else np.array([], dtype=object)
     df = pd.DataFrame({
-        "p_instances": c["n_p"], "p_size": P["size"][p], "p_tp": P["tp"][p],
-        "d_instances": c["n_d"], "d_size": D["size"][d], "d_tp": D["tp"][d], "cards": cards_used.astype(int),
+        "p_instances": np.asarray(c["n_p"], dtype=np.int64), "p_size": P["size"][p].astype(np.int64),
+        "p_tp": P["tp"][p].astype(np.int64), "d_instances": np.asarray(c["n_d"], dtype=np.int64),
+        "d_size": D["size"][d].astype(np.int64), "d_tp": D["tp"][d].astype(np.int64),
+        "cards": cards_used.astype(np.int64),
         "p_weights_gib": P["weights_bytes"][p] / 2**30, "d_weights_gib": D["weights_bytes"][d] / 2**30,
         "d_kv_room_gib": D["room_bytes"][d] / 2**30, "kv_capacity_seqs": cap_seqs, "concurrency": conc,
-        "prefill_s": P["prefill_s"][p], "prefill_load": load, "transfer_s": np.broadcast_to(xfer, (n,)) if np.ndim(xfer) == 0 else xfer,
+        "prefill_s": P["prefill_s"][p], "prefill_load": load, "transfer_s": xfer,
         "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": out_tok_s,
         "tokens_per_s_per_card": out_tok_s / cards_used, "feasible": feasible, "binding": binding,
     })
@@ -342,22 +466,47 @@ def evaluate(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> pd.Dat
     return df
 
 
+def evaluate_split(setup: Setup, work: Workload, *, p_instances: int, p_size: int, d_instances: int, d_size: int,
+                   p_tp: int = 1, d_tp: int = 1, p_sides=None, d_sides=None) -> pd.Series:
+    """One split, evaluated as :func:`evaluate` does (a row of the same columns), whether or not the
+    planner keeps it among its candidates (e.g. a deployment with more P instances than it needs)."""
+    if p_sides is None:
+        p_sides, d_sides = sides(setup, work)
+    vals = {name: integer(name, v, low=1) for name, v in (("p_instances", p_instances), ("p_size", p_size),
+                                                           ("d_instances", d_instances), ("d_size", d_size),
+                                                           ("p_tp", p_tp), ("d_tp", d_tp))}
+    idx = []
+    for role, found in (("p", p_sides), ("d", d_sides)):
+        key = (vals[f"{role}_size"], vals[f"{role}_tp"])
+        where = [i for i, s in enumerate(found) if (s.size, s.tp) == key]
+        if not where:
+            raise LayoutError(f"no {role.upper()} layout of {key[0]} cards with TP {key[1]} among those planned "
+                              f"({', '.join(f'{s.size}/TP {s.tp}' for s in found) or 'none'})")
+        idx.append(where[0])
+    cards = vals["p_instances"] * vals["p_size"] + vals["d_instances"] * vals["d_size"]
+    if cards > setup.cards:
+        raise LayoutError(f"the split needs {cards:,} cards, the cluster has {setup.cards:,}")
+    c = {"p": np.array([idx[0]]), "n_p": np.array([vals["p_instances"]]), "d": np.array([idx[1]]),
+         "n_d": np.array([vals["d_instances"]])}
+    return evaluate(setup, work, p_sides, d_sides, candidates=c).iloc[0]
+
+
 def _main_layers(setup: Setup) -> int:
     """Main-model layers, over which a layer-wise KV send is spread."""
     return load_config(setup.model).num_hidden_layers
 
 
-def evaluate_loop(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> pd.DataFrame:
-    """The same evaluation as :func:`evaluate`, one candidate at a time in plain Python."""
+def evaluate_loop(setup: Setup, work: Workload, p_sides=None, d_sides=None, *, candidates=None) -> pd.DataFrame:
+    """The same evaluation as :func:`evaluate` (same candidates), one candidate at a time in plain Python."""
     if p_sides is None:
         p_sides, d_sides = sides(setup, work)
-    c = _candidates(setup, p_sides, d_sides)
+    c = candidates if candidates is not None else _candidates(setup, work, p_sides, d_sides)
     usable = _usable(setup)
     lnk = link(setup.bandwidth_bytes_per_s, setup.transfer_fixed_s)
     xfer_bytes = float(seq_kv_bytes(setup, work.prompt_tokens))
     layers = _main_layers(setup)
     rows = []
-    for i in range(c["p"].size):
+    for i in range(len(c["p"])):
         p, d = p_sides[int(c["p"][i])], d_sides[int(c["d"][i])]
         n_p, n_d = int(c["n_p"][i]), int(c["n_d"][i])
         cap = n_d * d.dp * d.seqs_per_rank
@@ -395,7 +544,14 @@ def evaluate_loop(setup: Setup, work: Workload, p_sides=None, d_sides=None) -> p
 
 @dataclass(frozen=True)
 class Plan:
-    """The result of :func:`plan`: every candidate, the ranked feasible ones, and why nothing fits if so."""
+    """The result of :func:`plan`.
+
+    ``candidates``: the evaluated splits, one row per (P layout, D layout, ``n_d``) with the smallest P side
+    that meets load and TTFT (module docstring); ``ranked``: the feasible ones, best first; ``reason``: ""
+    when something fits, else why nothing does;
+    ``seconds``: wall time of the evaluation; ``splits``: how many (P layout, ``n_p``, D layout, ``n_d``)
+    splits the cluster admits in all (:func:`count_splits`); ``evaluated``: how many were evaluated (the
+    rows of ``candidates``)."""
 
     setup: Setup
     workload: Workload
@@ -403,13 +559,15 @@ class Plan:
     ranked: pd.DataFrame
     reason: str             # "" when something fits
     seconds: float          # wall time of the evaluation
+    splits: int = 0         # size of the whole split space
+    evaluated: int = 0      # splits evaluated (len(candidates))
 
     @property
     def best(self):
         return None if self.ranked.empty else self.ranked.iloc[0]
 
 
-def _nothing_fits(df: pd.DataFrame, setup: Setup) -> str:
+def _nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
     if df.empty:
         return f"no split of {setup.cards} cards into P and D instances holds the model's experts"
     slack = df[[f"slack: {k}" for k in CONSTRAINTS]].to_numpy(dtype=float)
@@ -434,38 +592,14 @@ def _nothing_fits(df: pd.DataFrame, setup: Setup) -> str:
 
 
 def plan(setup: Setup, work: Workload, *, vectorized: bool = True) -> Plan:
-    """Evaluate every candidate and rank the feasible ones (module docstring)."""
+    """Evaluate the candidates and rank the feasible ones (module docstring)."""
     t0 = time.perf_counter()
     p_sides, d_sides = sides(setup, work)
     df = (evaluate if vectorized else evaluate_loop)(setup, work, p_sides, d_sides)
     secs = time.perf_counter() - t0
     ok = df[df["feasible"]] if not df.empty else df
-    ranked = ok.sort_values(["tokens_per_s_per_card", "ttft_s"], ascending=[False, True]).reset_index(drop=True)
-    reason = "" if len(ranked) else _nothing_fits(df, setup)
-    return Plan(setup, work, df, ranked, reason, secs)
-
-
-def card_plans(setup: Setup, work: Workload, row) -> tuple:
-    """Memory of one P card and one D card of a candidate (a row of :attr:`Plan.candidates`): weights,
-    KV cache in use (one prompt per P rank; the D instance's share of the sequences per D rank) and the
-    overhead, as :class:`pdcalc.memory.MemoryPlan` objects."""
-    from pdcalc.memory import memory_plan
-
-    c = get_card(setup.card)
-    base = c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes
-    out = []
-    for role in ("p", "d"):
-        size, tp = int(row[f"{role}_size"]), int(row[f"{role}_tp"])
-        w = card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=tp,
-                         mtp=setup.mtp).total_bytes
-        if role == "p":
-            kv = float(seq_kv_bytes(setup, work.prompt_tokens))
-            over = setup.p_overhead_bytes
-        else:
-            per_rank = float(row["concurrency"]) / (int(row["d_instances"]) * (size // tp))
-            kv = per_rank * float(seq_kv_bytes(setup, work.prompt_tokens + work.output_tokens))
-            over = setup.d_overhead_bytes
-        out.append(memory_plan(f"{role.upper()} card ({row[f'{role}_instances']} x {size} cards, tp {tp})",
-                               usable_bytes=setup.utilization * base, capacity_bytes=base, weights=w, kv_cache=kv,
-                               overhead=over))
-    return tuple(out)
+    ranked = ok.sort_values(["tokens_per_s_per_card", "ttft_s"], ascending=[False, True],
+                            kind="stable").reset_index(drop=True)
+    reason = "" if len(ranked) else _nothing_fits(df, setup, work)
+    return Plan(setup, work, df, ranked, reason, secs, splits=count_splits(setup, p_sides, d_sides),
+                evaluated=len(df))

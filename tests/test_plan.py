@@ -4,10 +4,38 @@ import numpy as np
 import pytest
 
 from pdcalc.checks import InputError
-from pdcalc.errors import PdcalcError
-from pdcalc.plan import CONSTRAINTS, MAX_CARDS, Setup, Workload, evaluate, evaluate_loop, plan, seq_kv_bytes, sides
+from pdcalc.errors import LayoutError, PdcalcError
+from pdcalc.plan import (CONSTRAINTS, MAX_CARDS, Setup, Workload, count_splits, evaluate, evaluate_loop, plan,
+                         evaluate_split, seq_kv_bytes, sides)
 
 V3 = dict(model="deepseek-v3", quant="w8a8", card="ascend-910b2", mtp=False, engine="vllm")
+V4 = dict(model="deepseek-v4-flash", quant="w8a8", card="ascend-910b2", mtp=True, engine="vllm-ascend")
+KEYS = ["p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp", "cards"]
+
+
+def full_grid(setup, p_sides, d_sides):
+    """The whole split space, as the planner enumerated it before it kept one P side per D side: every
+    (P layout, n_p, D layout, n_d) within the cluster (exactly filling it with use_all_cards)."""
+    pi, npi, di, ndi = [], [], [], []
+    for i, p in enumerate(p_sides):
+        for j, d in enumerate(d_sides):
+            for k in range(1, setup.cards // p.size + 1):
+                left = setup.cards - k * p.size
+                if left < d.size:
+                    continue
+                n_d = np.arange(1, left // d.size + 1)
+                if setup.use_all_cards:
+                    n_d = n_d[k * p.size + n_d * d.size == setup.cards]
+                pi.append(np.full(n_d.size, i))
+                npi.append(np.full(n_d.size, k))
+                di.append(np.full(n_d.size, j))
+                ndi.append(n_d)
+    return {"p": np.concatenate(pi), "n_p": np.concatenate(npi), "d": np.concatenate(di), "n_d": np.concatenate(ndi)}
+
+
+def ranked(df):
+    ok = df[df["feasible"]]
+    return ok.sort_values(["tokens_per_s_per_card", "ttft_s"], ascending=[False, True]).reset_index(drop=True)
 
 
 @pytest.fixture(scope="module")
@@ -17,6 +45,8 @@ def v3_case():
     p, d = sides(setup, work)
     return setup, work, p, d
 
+
+# ------------------------------------------------------------------ inputs
 
 def test_workload_and_setup_errors():
     with pytest.raises(InputError, match="exactly one.*neither"):
@@ -68,14 +98,30 @@ def test_lists_of_integers():
     assert isinstance(InputError("x", "y"), PdcalcError)
 
 
+# ------------------------------------------------------------------ the evaluation
+
 def test_vectorized_equals_loop(v3_case):
     setup, work, p, d = v3_case
     a, b = evaluate(setup, work, p, d), evaluate_loop(setup, work, p, d)
-    assert len(a) == len(b) > 1000
+    assert len(a) == len(b) > 300
+    for col in ("p_instances", "d_instances", "cards"):
+        assert (a[col].to_numpy() == b[col].to_numpy()).all()
     for col in ("ttft_s", "tpot_s", "output_tokens_per_s", "tokens_per_s_per_card"):
         np.testing.assert_allclose(a[col].to_numpy(), b[col].to_numpy(), rtol=1e-12)
     assert (a.feasible == b.feasible).all()
     assert (a.binding == b.binding).all()
+
+
+def test_vectorized_equals_loop_on_the_whole_grid():
+    setup = Setup(cards=32, tp_options=(1, 2), **V3)
+    work = Workload(prompt_tokens=2048, output_tokens=512, rate_per_s=1.5, ttft_s=1.0)
+    p, d = sides(setup, work)
+    grid = full_grid(setup, p, d)
+    a, b = evaluate(setup, work, p, d, candidates=grid), evaluate_loop(setup, work, p, d, candidates=grid)
+    assert len(a) == len(b) == count_splits(setup, p, d)
+    for col in ("ttft_s", "tpot_s", "tokens_per_s_per_card"):
+        np.testing.assert_allclose(a[col].to_numpy(), b[col].to_numpy(), rtol=1e-12)
+    assert (a.feasible == b.feasible).all() and (a.binding == b.binding).all()
 
 
 def test_candidates_stay_in_the_cluster(v3_case):
@@ -85,6 +131,71 @@ def test_candidates_stay_in_the_cluster(v3_case):
     assert (df.cards == df.p_instances * df.p_size + df.d_instances * df.d_size).all()
     full = evaluate(Setup(cards=64, use_all_cards=True, **V3), work)
     assert (full.cards == 64).all() and len(full) < len(df)
+
+
+def test_one_p_side_per_d_side_the_smallest_that_meets_load_and_ttft(v3_case):
+    """Each (P layout, D layout, n_d) once; its n_p is the smallest meeting load and TTFT, or, when none
+    does, all the P instances the cluster leaves."""
+    setup = Setup(cards=64, **V3)
+    work = Workload(prompt_tokens=2048, output_tokens=512, rate_per_s=5.0, ttft_s=1.0)
+    p, d = sides(setup, work)
+    df = evaluate(setup, work, p, d)
+    assert not df.duplicated(["p_size", "p_tp", "d_size", "d_tp", "d_instances"]).any()
+    n_max = (setup.cards - df.d_instances * df.d_size) // df.p_size
+    meets = (df["slack: prefill load"] >= 0) & (df["slack: TTFT"] >= 0)
+    assert (df.p_instances[~meets] == n_max[~meets]).all()
+    assert meets.any() and (~meets).any()
+    # one fewer P instance would fail load or TTFT
+    fewer = df[meets & (df.p_instances > 1)]
+    idx = {(s.size, s.tp): i for i, s in enumerate(p)}, {(s.size, s.tp): i for i, s in enumerate(d)}
+    c = {"p": np.array([idx[0][k] for k in zip(fewer.p_size, fewer.p_tp)]), "n_p": fewer.p_instances.to_numpy() - 1,
+         "d": np.array([idx[1][k] for k in zip(fewer.d_size, fewer.d_tp)]), "n_d": fewer.d_instances.to_numpy()}
+    less = evaluate(setup, work, p, d, candidates=c)
+    assert len(less) > 100
+    assert ((less["slack: prefill load"] < 0) | (less["slack: TTFT"] < 0)).all()
+
+
+CASES = [(model, cards, mode, targets, tp)
+         for model in ("v4", "v3") for cards in (16, 32, 64)
+         for mode in ({"concurrency": 256}, {"rate_per_s": 2.0})
+         for targets in ({}, {"ttft_s": 1.5, "tpot_s": 0.03})
+         for tp in ((1,), (1, 2))]
+
+
+@pytest.mark.parametrize("model,cards,mode,targets,tp", CASES)
+def test_best_plan_is_that_of_the_whole_split_space(model, cards, mode, targets, tp):
+    setup = Setup(cards=cards, tp_options=tp, **(V4 if model == "v4" else V3))
+    work = Workload(prompt_tokens=4096, output_tokens=1024, **mode, **targets)
+    r = plan(setup, work)
+    p, d = sides(setup, work)
+    full = evaluate(setup, work, p, d, candidates=full_grid(setup, p, d))
+    assert r.splits == len(full) and r.evaluated == len(r.candidates) < len(full)
+    best = ranked(full)
+    assert (r.best is None) == best.empty
+    if r.best is None:
+        assert r.reason.startswith("nothing fits: ") and "\n" not in r.reason
+        # as close as the closest of the whole space: same failing constraints and shortfall
+        from pdcalc.plan import _nothing_fits
+        assert r.reason.split(" fails on ")[1] == _nothing_fits(full, setup, work).split(" fails on ")[1]
+    else:
+        assert r.reason == ""
+        assert [int(r.best[k]) for k in KEYS] == [int(best.iloc[0][k]) for k in KEYS]
+        for k in ("tokens_per_s_per_card", "ttft_s", "tpot_s"):
+            assert r.best[k] == best.iloc[0][k]
+
+
+def test_all_cards_evaluates_the_whole_space():
+    setup = Setup(cards=64, use_all_cards=True, **V3)
+    work = Workload(prompt_tokens=2048, output_tokens=512, concurrency=80)
+    r = plan(setup, work)
+    p, d = sides(setup, work)
+    assert r.splits == r.evaluated == len(full_grid(setup, p, d)["p"])
+    assert (r.candidates.cards == 64).all()
+
+
+def test_split_count_is_arithmetic(v3_case):
+    setup, work, p, d = v3_case
+    assert count_splits(setup, p, d) == len(full_grid(setup, p, d)["p"])
 
 
 def test_kv_capacity_is_whole_sequences(v3_case):
@@ -113,13 +224,6 @@ def test_binding_is_the_first_failing_constraint(v3_case):
             assert row.feasible
 
 
-def test_nothing_fits_is_a_result_with_the_shortfall():
-    r = plan(Setup(cards=16, **{**V3, "quant": "bf16"}),
-             Workload(prompt_tokens=2048, output_tokens=512, concurrency=80))
-    assert r.best is None
-    assert r.reason.startswith("nothing fits") and "short by" in r.reason and "GiB" in r.reason
-
-
 def test_ranked_by_tokens_per_card(v3_case):
     setup, work, *_ = v3_case
     r = plan(setup, Workload(prompt_tokens=2048, output_tokens=512, concurrency=80, tpot_s=0.05))
@@ -127,3 +231,39 @@ def test_ranked_by_tokens_per_card(v3_case):
     assert r.ranked.feasible.all()
     assert r.ranked.tokens_per_s_per_card.is_monotonic_decreasing
     assert math.isclose(r.best.output_tokens_per_s, work.concurrency / r.best.tpot_s, rel_tol=1e-12)
+
+
+def test_large_cluster_is_linear():
+    """Evaluated splits grow with the cluster, not with its square (no timing asserted)."""
+    work = Workload(prompt_tokens=24576, output_tokens=8192, concurrency=122880)
+    r = plan(Setup(cards=8192), work)
+    assert r.splits > 10**8 > 10**6 > r.evaluated
+    assert r.best is not None and r.best.cards <= 8192
+
+
+# ------------------------------------------------------------------ nothing fits
+
+def one_line(r):
+    assert r.best is None and r.reason.startswith("nothing fits: ") and "\n" not in r.reason
+    return r.reason
+
+
+def test_nothing_fits_is_a_result_with_the_shortfall():
+    r = plan(Setup(cards=16, **{**V3, "quant": "bf16"}), Workload(prompt_tokens=2048, output_tokens=512, concurrency=80))
+    msg = one_line(r)
+    assert "short by" in msg and "GiB" in msg
+
+
+def test_one_split_outside_the_candidates(v3_case):
+    setup, work, p, d = v3_case
+    full = evaluate(setup, work, p, d, candidates=full_grid(setup, p, d))
+    r = plan(setup, work)
+    extra = full.merge(r.candidates[KEYS], on=KEYS, how="left", indicator=True).query("_merge == 'left_only'")
+    row = extra.iloc[len(extra) // 2]
+    one = evaluate_split(setup, work, **{k: int(row[k]) for k in KEYS if k != "cards"})
+    for k in ("ttft_s", "tpot_s", "tokens_per_s_per_card", "binding", "feasible"):
+        assert one[k] == row[k]
+    with pytest.raises(LayoutError, match="needs 96 cards"):
+        evaluate_split(setup, work, p_instances=2, p_size=32, d_instances=1, d_size=32)
+    with pytest.raises(LayoutError, match="no D layout of 3 cards"):
+        evaluate_split(setup, work, p_instances=1, p_size=8, d_instances=1, d_size=3)
