@@ -765,6 +765,10 @@ def article_kv_bytes(context_tokens, per_token_kb: float = 44.0, kb: int = 1000)
     return _out(ctx * float(per_token_kb) * kb, scalar)
 
 
+#: Longest context :func:`max_context` searches when the config declares no ``max_position_embeddings``.
+CONTEXT_LIMIT_TOKENS = 2**24
+
+
 def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | ModelConfig,
                        engine: str = "vllm-ascend", block_size: int | None = None, *,
                        include_mtp: bool = True):
@@ -781,7 +785,8 @@ def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | Mode
     Parameters
     ----------
     kv_budget_bytes : float or array
-        Bytes available for the KV cache (>= 0), e.g. per card.
+        Bytes available for the KV cache, e.g. per card. A negative budget (the weights alone do not
+        fit) holds no sequence: the answer is 0, not an error.
     context_tokens : int or array of int
         Context of every sequence (>= 1).
     model, engine, block_size, include_mtp
@@ -794,8 +799,9 @@ def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | Mode
     Source: :func:`kv_bytes`; assumption ``no-prefix-sharing``.
     """
     budget = np.asarray(kv_budget_bytes, dtype=np.float64)
-    if not np.all(np.isfinite(budget)) or np.any(budget < 0):
-        raise LayoutError("kv_budget_bytes must be finite and non-negative")
+    if not np.all(np.isfinite(budget)):
+        raise LayoutError("the KV budget must be a finite number of bytes")
+    budget = np.maximum(budget, 0.0)
     per_seq = np.asarray(kv_bytes(model, context_tokens, engine, include_mtp=include_mtp,
                                   block_size=block_size).total_bytes)
     n = np.floor(budget / per_seq).astype(np.int64)
@@ -810,15 +816,16 @@ def max_context(kv_budget_bytes: float, n_sequences: int, model: str | Path | Mo
     .. math:: L^* = \\max \\{ L : n \\, B_\\text{seq}(L) \\le B_\\text{budget} \\}
 
     found by bisection (``B_seq`` is non-decreasing in ``L``), up to ``limit_tokens`` (default: the
-    model's ``max_position_embeddings``). Returns 0 when not even one token per sequence fits and
-    ``limit_tokens`` when the limit itself fits.
+    model's ``max_position_embeddings``, or :data:`CONTEXT_LIMIT_TOKENS` if the config has none). Returns 0
+    when not even one token per sequence fits, a negative budget (weights that do not fit) included, and
+    the limit when the limit itself fits.
     """
     cfg = _model(model)
     if isinstance(n_sequences, bool) or not isinstance(n_sequences, (int, np.integer)) or n_sequences < 1:
         raise LayoutError(f"n_sequences must be an integer >= 1, got {n_sequences!r}")
-    if not np.isfinite(kv_budget_bytes) or kv_budget_bytes < 0:
-        raise LayoutError("kv_budget_bytes must be finite and non-negative")
-    hi = int(limit_tokens or cfg.max_position_embeddings)
+    if not np.isfinite(kv_budget_bytes):
+        raise LayoutError("the KV budget must be a finite number of bytes")
+    hi = int(limit_tokens or cfg.max_position_embeddings or CONTEXT_LIMIT_TOKENS)
 
     def fits(n_tokens: int) -> bool:
         return n_sequences * kv_bytes(cfg, n_tokens, engine, include_mtp=include_mtp,

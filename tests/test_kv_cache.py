@@ -272,9 +272,32 @@ def test_v4_cache_format_is_fixed_per_engine():
     assert engine_layout("vllm", V4, kv_cache_dtype="auto").kv_cache_dtype == "fp8_ds_mla"
 
 
-def test_negative_budget_raises():
-    with pytest.raises(PdcalcError):
-        sequences_that_fit(-1.0, 4096, V4)
+def test_a_negative_budget_holds_nothing_and_a_non_finite_one_is_refused():
+    # weights that do not fit leave a negative budget: a result (no sequence, no context), not an error
+    from pdcalc.kv_cache import max_context
+
+    assert sequences_that_fit(-1.0, 4096, V4) == 0
+    assert sequences_that_fit(np.array([-5e9, 37e9]), 4096, V4).tolist()[0] == 0
+    assert max_context(-5e9, 30, V4) == 0
+    for bad in (math.inf, math.nan):
+        with pytest.raises(PdcalcError, match="finite"):
+            sequences_that_fit(bad, 4096, V4)
+        with pytest.raises(PdcalcError, match="finite"):
+            max_context(bad, 30, V4)
+
+
+def test_max_context_without_a_declared_limit(tmp_path):
+    import json
+    from importlib import resources
+
+    from pdcalc.kv_cache import CONTEXT_LIMIT_TOKENS, max_context
+
+    cfg = json.loads(resources.files("pdcalc").joinpath("data", "models", "deepseek_v4_flash_config.json").read_text())
+    del cfg["max_position_embeddings"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert max_context(1e15, 1, str(path)) == CONTEXT_LIMIT_TOKENS
+    assert max_context(37e9, 30, str(path)) == max_context(37e9, 30, V4)
 
 
 def test_max_context_is_the_last_context_that_fits():
