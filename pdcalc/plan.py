@@ -57,6 +57,7 @@ one candidate at a time in plain Python (for the benchmark and as a cross-check)
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Sequence
@@ -67,7 +68,7 @@ import numpy as np
 import pandas as pd
 
 from pdcalc import throughput as tput
-from pdcalc.checks import InputError, boolean, fraction, integer, number, show, text
+from pdcalc.checks import InputError, boolean, fraction, integer, number, show, text, tp_problem
 from pdcalc.errors import LayoutError
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
@@ -75,6 +76,7 @@ from pdcalc.kv_cache import kv_bytes
 from pdcalc.memory import card_weights
 from pdcalc.model import load_config
 from pdcalc.parallel import place_experts
+from pdcalc.quant import get_scheme
 from pdcalc.transfer import exposed_seconds, link
 
 CONSTRAINTS = ("P memory", "D memory", "KV capacity", "prefill load", "TTFT", "TPOT")
@@ -84,6 +86,10 @@ MAX_CARDS = 65_536
 
 #: Most batch sizes per layout the decode step may be computed at (:attr:`Setup.decode_grid`).
 MAX_DECODE_GRID = 4_096
+
+# closeness when nothing fits: P and D memory are one stage (a split is as close as its worse side)
+_STAGE = {"P memory": 0, "D memory": 0, "KV capacity": 1, "prefill load": 2, "TTFT": 3, "TPOT": 4}
+
 
 def _positive_ints(name: str, value, *, allow_none: bool = False) -> tuple[int, ...] | None:
     """A non-empty sequence of integers >= 1 as a tuple, duplicates removed, order kept."""
@@ -219,6 +225,12 @@ def _sizes(setup: Setup, n_experts: int) -> list[int]:
     return sorted(set(out))
 
 
+def _tp_problem(setup: Setup, t: int) -> str | None:
+    cfg = load_config(setup.model)
+    return tp_problem(t, heads=cfg.num_attention_heads, o_groups=getattr(cfg, "o_groups", None),
+                      index_heads=getattr(cfg, "index_n_heads", None))
+
+
 def _usable(setup: Setup) -> float:
     c = get_card(setup.card)
     return setup.utilization * (c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes)
@@ -237,17 +249,42 @@ def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase)
                      comm_eff=setup.comm_eff, **setup.step_kwargs)
 
 
+def _check_compute(setup: Setup) -> None:
+    """Raise :class:`pdcalc.errors.LayoutError` (one line) when the card lacks the peak FLOP/s of the
+    dtype the step runs its linear layers in (the quantization scheme's compute dtype, or
+    ``step_kwargs['compute_dtype']``) or its attention in (``step_kwargs['attn_dtype']``)."""
+    c = get_card(setup.card)
+    kw = setup.step_kwargs
+    known = ", ".join(sorted(c.flops_per_s))
+    scheme = get_scheme(setup.quant).name
+    if kw.get("peak_flops_per_s") is None:
+        dtype = kw.get("compute_dtype") or tput.COMPUTE_DTYPE.get(scheme)
+        if dtype is None:
+            raise LayoutError(f"no compute dtype known for quantization scheme {scheme!r}; pass "
+                              f"step_kwargs={{'compute_dtype': ...}}")
+        if dtype not in c.flops_per_s:
+            how = ("step_kwargs compute_dtype" if kw.get("compute_dtype") else
+                   f"the compute dtype of quantization scheme {scheme!r}")
+            raise LayoutError(f"card {c.name!r} has no {dtype} FLOP/s ({how}); it lists {known}: choose another "
+                              f"scheme or pass step_kwargs compute_dtype or peak_flops_per_s")
+    attn = kw.get("attn_dtype", inspect.signature(tput.step).parameters["attn_dtype"].default)
+    if attn not in c.flops_per_s:
+        raise LayoutError(f"card {c.name!r} has no {attn} FLOP/s (the attention dtype, step_kwargs attn_dtype; "
+                          f"scheme {scheme!r}); it lists {known}")
+
+
 def sides(setup: Setup, work: Workload) -> tuple[list[Side], list[Side]]:
-    """Every P and D instance layout, with the figures the candidates share."""
+    """Every P and D instance layout, with the figures the candidates share. Sizes that cannot spread the
+    routed experts and TP degrees the model's attention cannot be split by are left out."""
+    _check_compute(setup)
     inv = get_inventory(setup.model)
-    heads = load_config(setup.model).num_attention_heads
     usable = _usable(setup)
     ctx = work.prompt_tokens + work.output_tokens
     per_seq = float(seq_kv_bytes(setup, ctx))
     p_out, d_out = [], []
     for size in _sizes(setup, inv.n_routed_experts):
         for t in setup.tp_options:
-            if size % t or heads % t:
+            if size % t or _tp_problem(setup, t):
                 continue
             w = card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=t,
                              mtp=setup.mtp).total_bytes
@@ -548,7 +585,7 @@ class Plan:
 
     ``candidates``: the evaluated splits, one row per (P layout, D layout, ``n_d``) with the smallest P side
     that meets load and TTFT (module docstring); ``ranked``: the feasible ones, best first; ``reason``: ""
-    when something fits, else why nothing does;
+    when something fits, else one line starting "nothing fits:" with the closest split and its shortfall;
     ``seconds``: wall time of the evaluation; ``splits``: how many (P layout, ``n_p``, D layout, ``n_d``)
     splits the cluster admits in all (:func:`count_splits`); ``evaluated``: how many were evaluated (the
     rows of ``candidates``)."""
@@ -567,32 +604,81 @@ class Plan:
         return None if self.ranked.empty else self.ranked.iloc[0]
 
 
+def _no_candidates(setup: Setup, p_sides: list[Side]) -> str:
+    """Why there is no split at all (one line)."""
+    tried = _tried_sizes(setup)
+    n_exp = get_inventory(setup.model).n_routed_experts
+    sizes = _sizes(setup, n_exp)
+    if not sizes:
+        return (f"nothing fits: no instance size tried ({', '.join(map(str, tried))}) can be used: an instance "
+                f"has 1..{min(setup.cards - 1, n_exp):,} cards (at most one per routed expert of the "
+                f"{n_exp}, and at least one card left to the other side of the {setup.cards:,})")
+    if not p_sides:
+        why = []
+        for t in setup.tp_options:
+            problem = _tp_problem(setup, t)
+            why.append(f"TP {t}: {problem}" if problem else
+                       f"TP {t} divides none of the instance sizes {', '.join(map(str, sizes))}")
+        return "nothing fits: no TP degree tried suits the model and an instance size; " + "; ".join(why)
+    smallest = min(s.size for s in p_sides)
+    if setup.use_all_cards:
+        return (f"nothing fits: no split of instance sizes {', '.join(map(str, sizes))} uses exactly "
+                f"{setup.cards:,} cards")
+    return f"nothing fits: one P and one D instance need at least {2 * smallest:,} cards, the cluster has {setup.cards:,}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:,.1f} ms" if math.isfinite(seconds) else "unbounded (prefill saturated)"
+
+
 def _nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
-    if df.empty:
-        return f"no split of {setup.cards} cards into P and D instances holds the model's experts"
+    """The closest split and its shortfall (one line): the split furthest along the constraints (P and D
+    memory taken together), then the least relative shortfall there, then the fewest cards."""
     slack = df[[f"slack: {k}" for k in CONSTRAINTS]].to_numpy(dtype=float)
     slack = np.where(np.isnan(slack), -np.inf, slack)
-    passed = np.argmax(slack < 0, axis=1)                      # constraints met before the first failure
-    on_fail = slack[np.arange(len(df)), passed]
-    best = int(np.lexsort((-on_fail, -passed))[0])             # furthest along, then closest on the failing one
+    stage_of = np.array([_STAGE[k] for k in CONSTRAINTS])
+    first = np.argmax(slack < 0, axis=1)                       # every row fails somewhere
+    stage = stage_of[first]
+    in_stage = stage_of[None, :] == stage[:, None]
+    short = np.where(in_stage, slack, np.inf).min(axis=1)      # the worst slack of the failing stage
+    best = int(np.lexsort((df["cards"].to_numpy(), -short, -stage))[0])
     row = df.iloc[best]
-    k = str(row["binding"])
+    failing = [k for i, k in enumerate(CONSTRAINTS) if stage_of[i] == stage[best] and slack[best, i] < 0]
     gib = 2**30
-    detail = {
-        "P memory": f"a P card is short by {-row['slack: P memory'] * _usable(setup) / gib:.2f} GiB",
-        "D memory": f"a D card is short by {-row['slack: D memory'] * _usable(setup) / gib:.2f} GiB",
-        "KV capacity": f"the D side holds {row['kv_capacity_seqs']:.0f} of the {row['concurrency']:.0f} sequences",
-        "prefill load": f"prefill runs at {100 * row['prefill_load']:.0f}% of its capacity (max "
-                        f"{100 * setup.max_load:.0f}%)",
-        "TTFT": f"TTFT is {1e3 * row['ttft_s']:.1f} ms",
-        "TPOT": f"TPOT is {1e3 * row['tpot_s']:.1f} ms",
-    }[k]
-    return (f"nothing fits: the closest candidate ({row['p_instances']} x P{row['p_size']} + {row['d_instances']} x "
-            f"D{row['d_size']}, tp {row['p_tp']}/{row['d_tp']}) fails on {k}: {detail}")
+    usable = _usable(setup)
+    parts = []
+    for k in failing:
+        if k in ("P memory", "D memory"):
+            side = k[0]
+            lead = f"a {side} card is short by" if not parts else f"a {side} card by"
+            parts.append(f"{lead} {-row[f'slack: {k}'] * usable / gib:,.2f} GiB")
+        elif k == "KV capacity":
+            cap, conc = float(row["kv_capacity_seqs"]), float(row["concurrency"])
+            if cap == 0 or not math.isfinite(conc):
+                per_seq = float(seq_kv_bytes(setup, work.prompt_tokens + work.output_tokens))
+                parts.append(f"a D card has {row['d_kv_room_gib']:,.2f} GiB for KV cache, less than one sequence "
+                             f"of {work.prompt_tokens + work.output_tokens:,} tokens ({per_seq / gib:,.2f} GiB)")
+            else:
+                need = math.ceil(conc - 1e-9)
+                parts.append(f"the D side holds {cap:,.0f} of the {need:,} sequences in flight, {need - cap:,.0f} "
+                             f"short")
+        elif k == "prefill load":
+            parts.append(f"prefill runs at {100 * row['prefill_load']:,.0f}% of its capacity with "
+                         f"{row['p_instances']:,} P instance{'s' if row['p_instances'] > 1 else ''} (max "
+                         f"{100 * setup.max_load:.0f}%)")
+        elif k == "TTFT":
+            parts.append(f"TTFT {_ms(row['ttft_s'])} against a target of {_ms(work.ttft_s)}")
+        else:
+            parts.append(f"TPOT {_ms(row['tpot_s'])} against a target of {_ms(work.tpot_s)}")
+    return (f"nothing fits: the closest split, {row['p_instances']:,} x P{row['p_size']} + {row['d_instances']:,} x "
+            f"D{row['d_size']} (TP {row['p_tp']}/{row['d_tp']}, {row['cards']:,} cards), fails on "
+            f"{' and '.join(failing)}: {' and '.join(parts) if len(parts) < 3 else '; '.join(parts)}")
 
 
 def plan(setup: Setup, work: Workload, *, vectorized: bool = True) -> Plan:
-    """Evaluate the candidates and rank the feasible ones (module docstring)."""
+    """Evaluate the candidates and rank the feasible ones (module docstring). A deployment that does not
+    fit is a result (:attr:`Plan.reason`); a card without the FLOP/s of the compute dtype raises
+    :class:`pdcalc.errors.LayoutError` before anything is evaluated."""
     t0 = time.perf_counter()
     p_sides, d_sides = sides(setup, work)
     df = (evaluate if vectorized else evaluate_loop)(setup, work, p_sides, d_sides)
@@ -600,6 +686,11 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True) -> Plan:
     ok = df[df["feasible"]] if not df.empty else df
     ranked = ok.sort_values(["tokens_per_s_per_card", "ttft_s"], ascending=[False, True],
                             kind="stable").reset_index(drop=True)
-    reason = "" if len(ranked) else _nothing_fits(df, setup, work)
+    if len(ranked):
+        reason = ""
+    elif df.empty:
+        reason = _no_candidates(setup, p_sides)
+    else:
+        reason = _nothing_fits(df, setup, work)
     return Plan(setup, work, df, ranked, reason, secs, splits=count_splits(setup, p_sides, d_sides),
                 evaluated=len(df))

@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pytest
@@ -96,6 +97,18 @@ def test_lists_of_integers():
     with pytest.raises(InputError, match="base"):
         Setup(base="hbm")
     assert isinstance(InputError("x", "y"), PdcalcError)
+
+
+def test_card_without_the_compute_dtype_is_one_clear_error():
+    w = Workload(prompt_tokens=10, output_tokens=10, concurrency=1)
+    with pytest.raises(LayoutError) as exc:
+        plan(Setup(cards=16, card="h800", quant="w8a8"), w)
+    msg = str(exc.value)
+    assert "h800" in msg and "int8" in msg and "w8a8" in msg and "\n" not in msg
+    with pytest.raises(LayoutError, match="bf16.*attention"):
+        plan(Setup(cards=16, card="ascend-910b3", quant="fp16-all"), w)
+    with pytest.raises(LayoutError, match="has no fp8 FLOP/s"):
+        plan(Setup(cards=16, card="ascend-910b2", quant="fp8", model="deepseek-v3", engine="vllm", mtp=False), w)
 
 
 # ------------------------------------------------------------------ the evaluation
@@ -251,7 +264,37 @@ def one_line(r):
 def test_nothing_fits_is_a_result_with_the_shortfall():
     r = plan(Setup(cards=16, **{**V3, "quant": "bf16"}), Workload(prompt_tokens=2048, output_tokens=512, concurrency=80))
     msg = one_line(r)
-    assert "short by" in msg and "GiB" in msg
+    # the closest is the largest instance on both sides, not a one-card side far short
+    assert "1 x P8 + 1 x D8" in msg
+    assert "P memory and D memory" in msg and "a P card is short by" in msg and "a D card by" in msg and "GiB" in msg
+
+
+def test_nothing_fits_says_the_latency_and_capacity_shortfalls():
+    w = dict(prompt_tokens=4096, output_tokens=1024)
+    msg = one_line(plan(Setup(cards=64, **V3), Workload(**w, concurrency=256, ttft_s=1.5)))
+    assert "fails on TTFT: TTFT" in msg and "ms against a target of 1,500.0 ms" in msg
+    msg = one_line(plan(Setup(cards=16, **V4), Workload(**w, concurrency=256, tpot_s=0.03)))
+    assert "fails on TPOT: TPOT" in msg and "against a target of 30.0 ms" in msg
+    msg = one_line(plan(Setup(cards=32, tp_options=(1, 2), **V3), Workload(**w, concurrency=256)))
+    m = re.search(r"fails on KV capacity: the D side holds ([\d,]+) of the 256 sequences in flight, ([\d,]+) short$", msg)
+    assert m and int(m[1].replace(",", "")) + int(m[2].replace(",", "")) == 256
+    msg = one_line(plan(Setup(cards=16, **V4), Workload(prompt_tokens=16384, output_tokens=64, rate_per_s=5.0)))
+    assert re.search(r"fails on prefill load: prefill runs at [\d,]+% of its capacity with \d+ P instances? "
+                     r"\(max 80%\)$", msg)
+
+
+def test_no_layout_at_all_is_a_result():
+    w = Workload(prompt_tokens=2048, output_tokens=512, concurrency=80)
+    msg = one_line(plan(Setup(cards=64, sizes=(512,), **V3), w))
+    assert "no instance size" in msg and "512" in msg
+    msg = one_line(plan(Setup(cards=64, tp_options=(3,), **V3), w))
+    assert "TP 3" in msg and "attention heads" in msg
+    msg = one_line(plan(Setup(cards=64, tp_options=(16,), **V4), w))
+    assert "output groups" in msg
+    msg = one_line(plan(Setup(cards=40, sizes=(32,), **V3), w))
+    assert "at least 64 cards" in msg
+    r = plan(Setup(cards=40, sizes=(32,), **V3), w)
+    assert r.splits == r.evaluated == 0 and r.candidates.empty
 
 
 def test_one_split_outside_the_candidates(v3_case):
