@@ -26,9 +26,11 @@ from __future__ import annotations
 import ast
 import base64
 import html as _html
+import inspect
 import io
 import json
 import math
+import numbers
 import re
 import subprocess
 import tempfile
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from pdcalc import checks
 from pdcalc.errors import PdcalcError, UnknownNameError
 
 #: The repository holding the book (``_toc.yml`` at its root, the chapters under ``book/``).
@@ -288,15 +291,42 @@ def chapter_parameters(chapter: str | Path) -> dict[str, Parameter]:
 # values from the command line
 # ---------------------------------------------------------------------------------------------
 _PY_WORDS = {"None": None, "True": True, "False": False}
+#: Deepest nesting and most items a parsed value may have (no parameter takes more than a short list).
+MAX_DEPTH, MAX_ITEMS = 8, 10_000
+#: Longest integer literal Python converts without raising (``sys.get_int_max_str_digits``).
+_MAX_DIGITS = 4300
+_INTEGER = re.compile(r"[-+]?[0-9][0-9_]*")
 
 
-def parse_value(text: str, expected: type | None = None) -> Any:
+def _value_error(name: str | None, text: str, why: str) -> ParameterError:
+    what = f"parameter {name!r}" if name else f"value {_show(text)}"
+    return ParameterError(f"{what}: {why}")
+
+
+def _check_shape(value: Any, name: str | None, text: str) -> None:
+    """Refuse values nested deeper than :data:`MAX_DEPTH` or holding more than :data:`MAX_ITEMS` items."""
+    seen, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if depth > MAX_DEPTH:
+            raise _value_error(name, text, f"nested more than {MAX_DEPTH} deep; no parameter takes that")
+        if seen > MAX_ITEMS:
+            raise _value_error(name, text, f"more than {MAX_ITEMS:,} items; no parameter takes that")
+        if isinstance(item, (list, tuple, set)):
+            stack.extend((x, depth + 1) for x in item)
+        elif isinstance(item, dict):
+            stack.extend((x, depth + 1) for pair in item.items() for x in pair)
+
+
+def parse_value(text: str, expected: type | None = None, *, name: str | None = None) -> Any:
     """A command-line value as papermill's ``-p`` would read it, given the parameter's type.
 
     YAML scalars and flow collections (``8``, ``0.85``, ``true``, ``null``, ``[4, 8]``,
     ``{p_act: 5}``); Python's ``None``/``True``/``False`` too; numbers such as ``1e3`` that YAML
-    leaves as text become floats. A string parameter takes the text as typed (``-p model 123`` is
-    the string ``"123"``), and a list parameter also takes ``4,8,16``.
+    leaves as text become floats (``inf`` and ``nan`` too: :func:`validate` refuses them with the
+    parameter's name). A string parameter takes the text as typed (``-p model 123`` is the string
+    ``"123"``), and a list parameter also takes ``4,8,16``.
 
     Parameters
     ----------
@@ -304,49 +334,89 @@ def parse_value(text: str, expected: type | None = None) -> Any:
         The value as typed.
     expected : type, optional
         The type of the parameter's default.
+    name : str, optional
+        The parameter's name, for error messages.
+
+    Raises
+    ------
+    ParameterError
+        Text no parameter can take: an integer of more than 4,300 digits, a collection nested more
+        than :data:`MAX_DEPTH` deep or holding more than :data:`MAX_ITEMS` items. One line, naming
+        ``name`` when given.
     """
+    if not isinstance(text, str):
+        raise _value_error(name, repr(text), f"must be text, got {type(text).__name__}")
     if expected is str:
         return text
     if text.strip() in _PY_WORDS:
         return _PY_WORDS[text.strip()]
+    if _INTEGER.fullmatch(text.strip()) and len(text.strip().replace("_", "").lstrip("+-")) > _MAX_DIGITS:
+        digits = len(text.strip().replace("_", "").lstrip("+-"))
+        raise _value_error(name, text, f"an integer of {digits:,} digits; no parameter takes one that large")
     yaml = _need("yaml", "pyyaml")
     try:
         value = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except RecursionError:
+        raise _value_error(name, text, f"nested more than {MAX_DEPTH} deep; no parameter takes that") from None
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):  # not YAML (or junk): the text itself
         value = text
     if isinstance(value, str):
         if expected is list and "," in value and not value.strip().startswith(("[", "{")):
-            return [parse_value(part.strip()) for part in value.split(",") if part.strip()]
+            return [parse_value(part.strip(), name=name) for part in value.split(",") if part.strip()]
         try:
             return int(value)
         except ValueError:
             pass
         try:
-            number = float(value)
+            return float(value)
         except ValueError:
             return value
-        return number if math.isfinite(number) else value
+    _check_shape(value, name, text)
     return value
 
 
 # ---------------------------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------------------------
+#: Bounds of the integers chapters take: wide enough for any deployment, narrow enough for the arithmetic
+#: (numpy's 64-bit integers, loops over a cluster's cards).
+MAX_CARDS = 65_536               # a cluster, an EP or TP group, the sizes of a sweep
+MAX_TOKENS = 1_000_000_000       # a context, a prompt, an output
+MAX_SEQUENCES = 1_000_000_000    # users, sequences in flight, sequences per card
+MAX_BLOCK_TOKENS = 1 << 20       # a scheduler block
+MAX_NAME = 4096                  # a preset name or a file path (PATH_MAX)
+
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
                list: "a list", dict: "a mapping", tuple: "a tuple"}
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A short one-line rendering of ``value`` (huge integers summarised): :func:`pdcalc.checks.show`."""
+    return checks.show(value)
+
+
+def _label(name: str) -> str:
+    return f"parameter {name!r}"
 
 
 def _fail(name: str, message: str) -> ParameterError:
-    return ParameterError(f"parameter {name!r}: {message}")
+    return ParameterError(f"{_label(name)}: {message}")
+
+
+def _checked(check: Callable, label: str, value: Any, **bounds) -> Any:
+    """``check(label, value, **bounds)`` of :mod:`pdcalc.checks`, its InputError as a ParameterError."""
+    try:
+        return check(label, value, **bounds)
+    except checks.InputError as exc:
+        raise ParameterError(str(exc)) from None
 
 
 def _check_type(name: str, value: Any, param: Parameter) -> Any:
-    """``value`` converted to the type of the default (int -> float only), or ParameterError."""
+    """``value`` converted to the type of the default (int -> float only), or ParameterError.
+
+    Floats must be finite (``inf``, ``nan`` refused: here, or by the parameter's validator, which says
+    the range); list items must have the type of the default's items.
+    """
     want = param.type
     if want is type(None):
         return value
@@ -356,10 +426,9 @@ def _check_type(name: str, value: Any, param: Parameter) -> Any:
     elif want is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif want is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok:
-            value = float(value)
-            ok = math.isfinite(value)
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if ok and name not in VALIDATORS:  # else its validator says what range a finite number must lie in
+            value = _checked(checks.number, _label(name), value)
     elif want in (list, tuple):
         ok = isinstance(value, (list, tuple))
         if ok:
@@ -382,22 +451,21 @@ def _check_type(name: str, value: Any, param: Parameter) -> Any:
     return value
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(name, f"must be a positive integer, got {_show(value)}")
-    return value
-
-
-def _fraction(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise _fail(name, f"must lie in (0, 1], got {_show(value)}")
-    return float(value)
-
-
 def _as_path_if_file(value: Any) -> Any:
     """A relative path that exists from the current directory, made absolute (the run's cwd is ``book/``)."""
     if isinstance(value, str) and not Path(value).is_absolute() and Path(value).exists():
         return str(Path(value).resolve())
+    return value
+
+
+def _name_or_path(name: str, value: Any, what: str) -> str:
+    """A non-empty string short enough to be a preset name or a file path."""
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(name, f"must be {what}, got {_show(value)}")
+    if len(value) > MAX_NAME:
+        raise _fail(name, f"must be {what}, got a string of {len(value):,} characters")
+    if "\x00" in value:
+        raise _fail(name, f"must be {what}, got a string holding a NUL character")
     return value
 
 
@@ -412,8 +480,7 @@ def _official_model(name: str, value: Any, values: dict, params: dict) -> Any:
     from pdcalc.inventory import ARTICLE_PRESETS
     from pdcalc.model import CONFIG_PRESETS, load_config
 
-    if not isinstance(value, str) or not value:
-        raise _fail(name, f"must be a model preset or a config.json path, got {_show(value)}")
+    _name_or_path(name, value, "a model preset or a config.json path")
     if value in ARTICLE_PRESETS:
         raise _fail(name, f"{value!r} is an article's architecture, not an official config; "
                           f"use {', '.join(CONFIG_PRESETS)} or a config.json path")
@@ -433,8 +500,7 @@ def _any_model(name: str, value: Any, values: dict, params: dict) -> Any:
     """Any model pdcalc knows: official or article preset, or a ``config.json``."""
     from pdcalc.inventory import get_inventory
 
-    if not isinstance(value, str) or not value:
-        raise _fail(name, f"must be a model preset or a config.json path, got {_show(value)}")
+    _name_or_path(name, value, "a model preset or a config.json path")
     value = _as_path_if_file(value)
     try:
         get_inventory(value)
@@ -445,8 +511,7 @@ def _any_model(name: str, value: Any, values: dict, params: dict) -> Any:
 
 def _lookup(getter: Callable[[str], Any], *, path_ok: bool = False) -> Callable:
     def check(name: str, value: Any, values: dict, params: dict) -> Any:
-        if not isinstance(value, str) or not value:
-            raise _fail(name, f"must be a name, got {_show(value)}")
+        _name_or_path(name, value, "a name" + (" or a file path" if path_ok else ""))
         if path_ok:
             value = _as_path_if_file(value)
         try:
@@ -491,6 +556,47 @@ def _get_measurement(value):
     return measurement(value)
 
 
+def _integer(low: int = 1, high: int | None = None) -> Callable:
+    def check(name: str, value: Any, values: dict, params: dict) -> int:
+        return _checked(checks.integer, _label(name), value, low=low, high=high)
+
+    check.__doc__ = f"An integer in {low}..{high} (:func:`pdcalc.checks.integer`)."
+    return check
+
+
+def _number(*, low: float = 0.0, low_open: bool = True, unit: str = "") -> Callable:
+    def check(name: str, value: Any, values: dict, params: dict) -> float:
+        return _checked(checks.number, _label(name), value, low=low, low_open=low_open, unit=unit)
+
+    check.__doc__ = f"A finite number {'>' if low_open else '>='} {low} (:func:`pdcalc.checks.number`)."
+    return check
+
+
+def _fraction(name: str, value: Any, values: dict, params: dict) -> float:
+    """A share in (0, 1] (:func:`pdcalc.checks.fraction`)."""
+    return _checked(checks.fraction, _label(name), value)
+
+
+def _boolean(name: str, value: Any, values: dict, params: dict) -> bool:
+    """``True`` or ``False`` (:func:`pdcalc.checks.boolean`)."""
+    return _checked(checks.boolean, _label(name), value)
+
+
+def _integer_list(name: str, value: Any, *, low: int, high: int) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _fail(name, f"must be a non-empty list of integers in {low}..{high:,}, got {_show(value)}")
+    return [_checked(checks.integer, f"{_label(name)}, item {i}", v, low=low, high=high)
+            for i, v in enumerate(value, 1)]
+
+
+def _integers(low: int = 1, high: int = MAX_CARDS) -> Callable:
+    def check(name: str, value: Any, values: dict, params: dict) -> list[int]:
+        return _integer_list(name, value, low=low, high=high)
+
+    check.__doc__ = f"A non-empty list of integers in {low}..{high}."
+    return check
+
+
 def _expert_models(values: dict) -> list[str]:
     """The models of this run whose routed experts an EP group has to hold."""
     return [values[k] for k in ("model", "article_model") if isinstance(values.get(k), str)]
@@ -507,36 +613,59 @@ def _check_ep(name: str, ep: int, values: dict) -> None:
             raise _fail(name, f"{ep} cards for {model}: {exc}") from None
 
 
+def _tp_problem(model: str, tp: int) -> str | None:
+    """Why ``model``'s attention cannot be split over ``tp`` cards (:func:`pdcalc.checks.tp_problem`)."""
+    from pdcalc.model import load_config
+
+    cfg = load_config(model)
+    return checks.tp_problem(tp, heads=cfg.num_attention_heads, o_groups=getattr(cfg, "o_groups", None),
+                             index_heads=getattr(cfg, "index_n_heads", None))
+
+
+def _check_tp(name: str, tp: int, values: dict) -> None:
+    model = values.get("model")
+    if isinstance(model, str):
+        problem = _tp_problem(model, tp)
+        if problem:
+            raise _fail(name, f"TP {tp} for {model}: {problem}")
+
+
 def _ep_size(name: str, value: Any, values: dict, params: dict) -> int:
-    """Cards of an EP (or TP) group: a positive integer that the model's experts can be spread over."""
-    value = _positive_int(name, value)
+    """Cards of an EP group: an integer in 1..MAX_CARDS that the model's experts can be spread over."""
+    value = _checked(checks.integer, _label(name), value, low=1, high=MAX_CARDS)
     _check_ep(name, value, values)
     return value
 
 
 def _ep_sizes(name: str, value: Any, values: dict, params: dict) -> list[int]:
     """A sweep of EP group sizes: a non-empty list of distinct sizes, each valid as in :func:`_ep_size`."""
-    value = _positive_ints(name, value, values, params)
+    value = _integer_list(name, value, low=1, high=MAX_CARDS)
     if len(set(value)) != len(value):
         raise _fail(name, f"lists a size twice: {_show(list(value))}")
     for item in value:
         _check_ep(name, item, values)
-    return list(value)
+    return value
 
 
-def _positive(name: str, value: Any, values: dict, params: dict) -> int:
-    """A positive integer."""
-    return _positive_int(name, value)
+def _tp_degree(name: str, value: Any, values: dict, params: dict) -> int:
+    """A TP degree that also serves as the EP group (``tp_alt``): it must split the model's attention."""
+    value = _checked(checks.integer, _label(name), value, low=1, high=MAX_CARDS)
+    _check_tp(name, value, values)
+    _check_ep(name, value, values)
+    return value
 
 
-def _fraction_check(name: str, value: Any, values: dict, params: dict) -> float:
-    """A fraction in (0, 1]."""
-    return _fraction(name, value)
+def _tp_degrees(name: str, value: Any, values: dict, params: dict) -> list[int]:
+    """TP degrees to try: each must split the model's attention (heads, output groups, indexer heads)."""
+    value = _integer_list(name, value, low=1, high=MAX_CARDS)
+    for item in value:
+        _check_tp(name, item, values)
+    return value
 
 
 def _block_size(name: str, value: Any, values: dict, params: dict) -> int | None:
     """A positive integer the engine accepts for the model (``None``: the engine's default)."""
-    _positive_int(name, value)
+    value = _checked(checks.integer, _label(name), value, low=1, high=MAX_BLOCK_TOKENS)
     engine, model = values.get("engine"), values.get("model")
     if isinstance(engine, str) and isinstance(model, str):
         from pdcalc.kv_cache import engine_layout
@@ -548,31 +677,6 @@ def _block_size(name: str, value: Any, values: dict, params: dict) -> int | None
     return value
 
 
-def _positive_number(name: str, value: Any, values: dict, params: dict) -> float:
-    """A positive finite number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-        raise _fail(name, f"must be a positive number, got {_show(value)}")
-    return float(value)
-
-
-def _positive_ints(name: str, value: Any, values: dict, params: dict) -> list[int]:
-    """A non-empty list of positive integers."""
-    if not isinstance(value, (list, tuple)) or not value:
-        raise _fail(name, f"must be a non-empty list of positive integers, got {_show(value)}")
-    for item in value:
-        _positive_int(name, item)
-    return list(value)
-
-
-def _output_tokens(name: str, value: Any, values: dict, params: dict) -> int:
-    """A positive integer, smaller than ``context`` when the chapter has one."""
-    n = _positive_int(name, value)
-    ctx = values.get("context")
-    if isinstance(ctx, int) and not isinstance(ctx, bool) and n >= ctx:
-        raise _fail(name, f"must be smaller than context ({ctx}): the prompt is the rest of the context, got {n}")
-    return n
-
-
 OVERHEAD_KEYS = ("p_act", "p_fw", "d_act", "d_fw")
 
 
@@ -581,59 +685,228 @@ def _overhead(name: str, value: Any, values: dict, params: dict) -> dict | None:
     if not isinstance(value, dict) or set(value) != set(OVERHEAD_KEYS):
         raise _fail(name, f"must be None or a mapping with exactly the keys {', '.join(OVERHEAD_KEYS)} "
                           f"(GB each), got {_show(value)}")
-    for key, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
-            raise _fail(name, f"{key} must be a non-negative number of GB, got {_show(v)}")
-    return {k: float(value[k]) for k in OVERHEAD_KEYS}
+    return {k: _checked(checks.number, f"{_label(name)}, key {k!r}", value[k], low=0.0, unit="GB")
+            for k in OVERHEAD_KEYS}
 
 
 #: Checks by parameter name, applied in this order (models first: later checks use them). Each
 #: takes ``(name, value, values, params)``, where ``values`` are the run's values of every
 #: parameter and ``params`` the chapter's declarations, and returns the value to inject.
 #: A parameter without an entry gets only the type check. ``None`` is accepted without a check
-#: where the chapter's default is ``None`` (the chapter then uses its own value).
+#: where the chapter's default is ``None`` (the chapter then uses its own value). Numbers follow
+#: :mod:`pdcalc.checks`, as the command line's flags do: finite, fractions in (0, 1], integers in bounds.
 VALIDATORS: dict[str, Callable[[str, Any, dict, dict], Any]] = {
     "model": _official_model,
     "v3_model": _official_model,
     "article_model": _any_model,
     "quant": _lookup(_get_scheme),
+    "other_quant": _lookup(_get_scheme),
+    "scheme": _lookup(_get_scheme),
     "card": _lookup(_get_card, path_ok=True),
+    "other_card": _lookup(_get_card, path_ok=True),
     "engine": _lookup(_get_engine),
     "deployment": _lookup(_get_deployment),
     "measurement": _lookup(_get_measurement),
+    "mtp": _boolean,
+    "overlap": _boolean,
     "p_ep": _ep_size,
     "d_ep": _ep_size,
-    "tp_alt": _ep_size,
+    "tp_alt": _tp_degree,
     "p_sizes": _ep_sizes,
     "d_sizes": _ep_sizes,
-    "utilization": _fraction_check,
-    "mfu": _fraction_check,
-    "mbu": _fraction_check,
-    "comm_eff": _fraction_check,
-    "bandwidth_gb_s": _positive_number,
-    "target_tokens_s": _positive_number,
-    "max_num_seqs": _positive,
-    "max_model_len": _positive,
-    "context": _positive,
-    "users": _positive,
-    "card_counts": _positive_ints,
+    "tp_options": _tp_degrees,
+    "cards": _integer(2, MAX_CARDS),
+    "card_counts": _integers(1, MAX_CARDS),
+    "utilization": _fraction,
+    "mfu": _fraction,
+    "mbu": _fraction,
+    "comm_eff": _fraction,
+    "bandwidth_gb_s": _number(unit="GB/s"),
+    "target_tokens_s": _number(unit="tokens/s"),
+    "rate_per_s": _number(unit="requests/s"),
+    "ttft_ms": _number(unit="ms"),
+    "tpot_ms": _number(unit="ms"),
+    "context": _integer(1, MAX_TOKENS),
+    "max_model_len": _integer(1, MAX_TOKENS),
+    "output_tokens": _integer(1, MAX_TOKENS),
+    "max_num_seqs": _integer(1, MAX_SEQUENCES),
+    "users": _integer(1, MAX_SEQUENCES),
+    "concurrency": _integer(1, MAX_SEQUENCES),
     "block_size": _block_size,
     "overhead_gb": _overhead,
-    "cards": _positive,
-    "output_tokens": _output_tokens,
-    "concurrency": _positive,
-    "rate_per_s": _positive_number,
-    "ttft_ms": _positive_number,
-    "tpot_ms": _positive_number,
-    "tp_options": _positive_ints,
 }
 
-#: Values a chapter's code looks up in a swept list (its text discusses them): chapter -> {parameter: values}.
-REQUIRED_ITEMS: dict[str, dict[str, tuple]] = {}
+
+# ---- combinations --------------------------------------------------------------------------
+def _throughput_flops(quant: str) -> dict[str, list[str]]:
+    """Peak FLOP/s dtypes :func:`pdcalc.throughput.step` reads from a card for ``quant``: dtype -> uses."""
+    from pdcalc.throughput import COMPUTE_DTYPE, step
+
+    scheme = _get_scheme(quant).name
+    attention = inspect.signature(step).parameters["attn_dtype"].default
+    needs: dict[str, list[str]] = {}
+    needs.setdefault(COMPUTE_DTYPE.get(scheme, f"(none known for {scheme})"), []).append(
+        f"the linear layers of {scheme}")
+    needs.setdefault(attention, []).append("attention")
+    return needs
+
+
+def _prefill_flops(quant: str | None) -> dict[str, list[str]]:
+    """Peak FLOP/s dtypes :func:`pdcalc.flops.prefill_compute_seconds` reads with its default dtypes."""
+    from pdcalc.flops import prefill_compute_seconds
+
+    sig = inspect.signature(prefill_compute_seconds).parameters
+    needs: dict[str, list[str]] = {}
+    needs.setdefault(sig["matmul_dtype"].default, []).append("the weight matmuls")
+    needs.setdefault(sig["attn_dtype"].default, []).append("attention")
+    return needs
+
+
+def _fp16_flops(quant: str | None) -> dict[str, list[str]]:
+    return {"fp16": ["the card's FP16 peak beside the article's"]}
+
+
+class ComputeNeed(NamedTuple):
+    """A chapter's computation that reads a card's peak FLOP/s (see :data:`COMPUTE_NEEDS`)."""
+
+    card: str                                   # the card parameter
+    quant: str | None                           # the quantization parameter that sets the dtype, if any
+    dtypes: Callable[[Any], dict[str, list[str]]]  # quant -> {dtype: what needs it}
+    what: str                                   # the computation, for messages
+
+
+#: Chapters that compute throughput or prefill time, by chapter name: the card must define the peak
+#: FLOP/s these computations read (``Card.flops(dtype)`` raises otherwise, after the chapter started).
+COMPUTE_NEEDS: dict[str, tuple[ComputeNeed, ...]] = {
+    "plan": (ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.throughput.step)"),),
+    "v3_throughput": (
+        ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.throughput.step)"),
+        ComputeNeed("other_card", "other_quant", _throughput_flops,
+                    "the second card's steps (pdcalc.throughput.step)")),
+    "transfer": (ComputeNeed("card", None, _prefill_flops,
+                             "the prefill compute time (pdcalc.flops.prefill_compute_seconds)"),),
+    "v3_article": (ComputeNeed("card", None, _fp16_flops, "its targets table"),),
+}
+
+
+def _compute_problem(need: ComputeNeed, values: dict, chapter: str) -> str | None:
+    from pdcalc.hardware import card_names, get_card
+    from pdcalc.quant import SCHEMES
+
+    card, quant = values[need.card], values[need.quant] if need.quant else None
+    have = get_card(card).flops_per_s
+    needs = need.dtypes(quant)
+    missing = [d for d in needs if d not in have]
+    if not missing:
+        return None
+    wanted = " and ".join(f"{d} ({' and '.join(needs[d])})" for d in missing)
+    text = (f"card {card!r} defines peak FLOP/s for {', '.join(sorted(have))} only; chapter {chapter} computes "
+            f"{need.what}" + (f" with {need.quant} {quant!r}" if need.quant else "") + f", which needs {wanted}")
+    able = [c for c in card_names() if all(d in get_card(c).flops_per_s for d in needs)]
+    text += f"; cards that can: {', '.join(able)}" if able else "; no card preset can"
+    if need.quant:
+        fits = [s for s in SCHEMES if all(d in have for d in need.dtypes(s))]
+        text += f"; schemes this card can run: {', '.join(fits) if fits else 'none'}"
+    return text
+
+
+def _chosen_in_sweep(chosen: str, sweep: str) -> Callable[[dict, str], str | None]:
+    def check(values: dict, chapter: str) -> str | None:
+        if values[chosen] not in values[sweep]:
+            return (f"{chosen} = {values[chosen]} must be one of {sweep} {_show(values[sweep])}: the chapter "
+                    f"compares the chosen size with its neighbours in that sweep")
+        return None
+
+    return check
+
+
+def _rate_or_concurrency(values: dict, chapter: str) -> str | None:
+    if values["rate_per_s"] is not None and values["concurrency"] is not None:
+        return ("give rate_per_s or concurrency, not both (with neither, the chapter uses its own concurrency)")
+    return None
+
+
+def _article_context() -> int:
+    """The V4 article's scenario B context, which the plan chapter uses when ``context`` is None."""
+    from pdcalc import claims
+
+    return int(claims.printed_value("v4-6.3-b-ctx"))
+
+
+#: What a ``None`` parameter stands for in a chapter, where other checks need the number.
+NONE_MEANS: dict[tuple[str, str], Callable[[], Any]] = {("plan", "context"): _article_context}
+
+
+def _output_below_context(values: dict, chapter: str) -> str | None:
+    n, ctx = values["output_tokens"], values["context"]
+    default = ""
+    if ctx is None and (chapter, "context") in NONE_MEANS:
+        ctx, default = NONE_MEANS[(chapter, "context")](), ", the chapter's default"
+    if ctx is not None and n >= ctx:
+        return (f"output_tokens ({n:,}) must be smaller than context ({ctx:,}{default}): the prompt is the rest "
+                f"of the context")
+    if chapter == "plan" and n >= _article_context():
+        return (f"output_tokens ({n:,}) must be smaller than {_article_context():,}: the chapter also replays the "
+                f"V4 article's scenario B (that context) with the same output length")
+    return None
+
+
+#: The fixed layouts of the V3 throughput chapter: its TP degrees and its EP group.
+V3_THROUGHPUT_TP, V3_THROUGHPUT_EP = (4, 8, 16), 32
+
+
+def _v3_layouts(values: dict, chapter: str) -> str | None:
+    from pdcalc.model import load_config
+
+    model = values["model"]
+    for tp in V3_THROUGHPUT_TP:
+        problem = _tp_problem(model, tp)
+        if problem:
+            return f"the chapter's layouts use TP {', '.join(map(str, V3_THROUGHPUT_TP))}: {model}: {problem}"
+    experts = load_config(model).n_routed_experts
+    if experts < V3_THROUGHPUT_EP:
+        return f"the chapter's layouts use EP {V3_THROUGHPUT_EP}: {model} has only {experts} routed experts"
+    return None
+
+
+class CrossCheck(NamedTuple):
+    """A rule over several parameters (see :data:`CROSS_CHECKS`)."""
+
+    names: tuple[str, ...]                 # the parameters; the error names the one the user gave first
+    chapters: tuple[str, ...] | None       # None: every chapter declaring all of ``names``
+    problem: Callable[[dict, str], str | None]   # (values, chapter name) -> what is wrong, or None
+
+
+#: Rules over combinations of parameters, applied after every parameter passed its own check.
+CROSS_CHECKS: tuple[CrossCheck, ...] = (
+    CrossCheck(("p_ep", "p_sizes"), None, _chosen_in_sweep("p_ep", "p_sizes")),
+    CrossCheck(("d_ep", "d_sizes"), None, _chosen_in_sweep("d_ep", "d_sizes")),
+    CrossCheck(("rate_per_s", "concurrency"), None, _rate_or_concurrency),
+    CrossCheck(("output_tokens", "context"), None, _output_below_context),
+    CrossCheck(("model",), ("v3_throughput",), _v3_layouts),
+    *(CrossCheck((need.card,) + ((need.quant,) if need.quant else ()), (chapter,),
+                 lambda values, ch, need=need: _compute_problem(need, values, ch))
+      for chapter, needs in COMPUTE_NEEDS.items() for need in needs),
+)
+
+
+def _run_check(check: Callable, key: str, values: dict, declared: dict) -> Any:
+    """``check``'s value; whatever it raises becomes one ParameterError naming ``key``."""
+    try:
+        return check(key, values[key], values, declared)
+    except ParameterError:
+        raise
+    except PdcalcError as exc:
+        raise _fail(key, str(exc)) from None
+    except (OSError, ValueError, TypeError, ArithmeticError, RecursionError, LookupError) as exc:
+        raise _fail(key, f"{_show(values[key])} cannot be used ({type(exc).__name__}: {exc})") from None
 
 
 def validate(chapter: str | Path, params: dict[str, Any]) -> dict[str, Any]:
     """Check ``params`` against ``chapter``'s parameters cell and pdcalc; return the values to inject.
+
+    Nothing runs and nothing is written: every value is judged here, so that a chapter never starts
+    with a value it cannot take.
 
     Parameters
     ----------
@@ -654,8 +927,10 @@ def validate(chapter: str | Path, params: dict[str, Any]) -> dict[str, Any]:
         ``chapter`` is not a chapter.
     ParameterError
         An unknown name (the message lists the chapter's parameters), a wrong type, a value out of
-        range, or a combination that cannot exist (e.g. an EP group larger than the experts it holds).
-        Defaults are checked too, since a new value of one parameter can make another's default impossible.
+        range, or a combination that cannot exist (e.g. an EP group larger than the experts it holds,
+        a card without the FLOP/s the chapter's throughput needs, a rate and a concurrency together:
+        :data:`VALIDATORS`, :data:`CROSS_CHECKS`). Defaults are checked too, since a new value of one
+        parameter can make another's default impossible. The message is one line and names the parameter.
     """
     path = resolve_chapter(chapter)
     name = _chapter_name(path)
@@ -670,16 +945,21 @@ def validate(chapter: str | Path, params: dict[str, Any]) -> dict[str, Any]:
     for key, check in VALIDATORS.items():
         if key in declared and not (values[key] is None and declared[key].default is None):
             try:
-                values[key] = check(key, values[key], values, declared)
+                values[key] = _run_check(check, key, values, declared)
             except ParameterError as exc:
                 if key not in params:
                     raise ParameterError(f"{exc} (its default, with the values given)") from None
                 raise
-    for key, required in REQUIRED_ITEMS.get(name, {}).items():
-        missing = [v for v in required if key in declared and v not in values[key]]
-        if missing:
-            raise _fail(key, f"must include {' and '.join(map(str, required))} (the chapter's text discusses "
-                             f"{'them' if len(required) > 1 else 'it'}), got {_show(values[key])}")
+    for rule in CROSS_CHECKS:
+        if all(k in declared for k in rule.names) and (rule.chapters is None or name in rule.chapters):
+            given = [k for k in params if k in rule.names]
+            named = (given or list(rule.names))[0]
+            try:
+                problem = rule.problem(values, name)
+            except PdcalcError as exc:
+                problem = str(exc)
+            if problem:
+                raise _fail(named, problem + ("" if given else " (the chapter's defaults)"))
     return {k: values[k] for k in params}
 
 
