@@ -244,12 +244,14 @@ def cmd_plan(args) -> int:
             "binding"]
     rows = [{k: _jsonable(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
             for r in p.ranked[keys].head(args.top).to_dict("records")]
-    out = {"model": args.model, "card": args.card, "cards": args.cards, "candidates": len(p.candidates),
-           "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows}
+    out = {"model": args.model, "card": args.card, "cards": args.cards, "splits": p.splits,
+           "evaluated": p.evaluated, "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows,
+           "evaluated_means": "for each P layout, D layout and number of D instances, the fewest P instances that "
+                              "meet the prefill load limit and the TTFT target (more are dominated)"}
     if args.json:
         return _print_json(out, indent=2)
-    print(f"{out['model']} on {args.cards} x {out['card']}: {out['candidates']:,} splits evaluated, "
-          f"{out['feasible']:,} feasible")
+    print(f"{out['model']} on {args.cards} x {out['card']}: {out['splits']:,} P/D splits, {out['evaluated']:,} "
+          f"evaluated (the fewest P instances for each D side), {out['feasible']:,} feasible")
     if p.reason:
         print(f"  {p.reason}")
         return 0

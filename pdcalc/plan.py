@@ -694,3 +694,29 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True) -> Plan:
         reason = _nothing_fits(df, setup, work)
     return Plan(setup, work, df, ranked, reason, secs, splits=count_splits(setup, p_sides, d_sides),
                 evaluated=len(df))
+
+
+def card_plans(setup: Setup, work: Workload, row) -> tuple:
+    """Memory of one P card and one D card of a candidate (a row of :attr:`Plan.candidates`): weights,
+    KV cache in use (one prompt per P rank; the D instance's share of the sequences per D rank) and the
+    overhead, as :class:`pdcalc.memory.MemoryPlan` objects."""
+    from pdcalc.memory import memory_plan
+
+    c = get_card(setup.card)
+    base = c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes
+    out = []
+    for role in ("p", "d"):
+        size, tp = int(row[f"{role}_size"]), int(row[f"{role}_tp"])
+        w = card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=tp,
+                         mtp=setup.mtp).total_bytes
+        if role == "p":
+            kv = float(seq_kv_bytes(setup, work.prompt_tokens))
+            over = setup.p_overhead_bytes
+        else:
+            per_rank = float(row["concurrency"]) / (int(row["d_instances"]) * (size // tp))
+            kv = per_rank * float(seq_kv_bytes(setup, work.prompt_tokens + work.output_tokens))
+            over = setup.d_overhead_bytes
+        out.append(memory_plan(f"{role.upper()} card ({row[f'{role}_instances']} x {size} cards, tp {tp})",
+                               usable_bytes=setup.utilization * base, capacity_bytes=base, weights=w, kv_cache=kv,
+                               overhead=over))
+    return tuple(out)

@@ -310,3 +310,24 @@ def test_one_split_outside_the_candidates(v3_case):
         evaluate_split(setup, work, p_instances=2, p_size=32, d_instances=1, d_size=32)
     with pytest.raises(LayoutError, match="no D layout of 3 cards"):
         evaluate_split(setup, work, p_instances=1, p_size=8, d_instances=1, d_size=3)
+
+
+def test_card_plans_of_a_split_add_up(v3_case):
+    from pdcalc.hardware import get_card
+    from pdcalc.memory import card_weights
+    from pdcalc.plan import card_plans, seq_kv_bytes
+
+    setup, work, *_ = v3_case
+    best = plan(setup, work).best
+    p_card, d_card = card_plans(setup, work, best)
+    base = get_card(setup.card).usable_base_bytes
+    for mp, role in ((p_card, "p"), (d_card, "d")):
+        size, tp = int(best[f"{role}_size"]), int(best[f"{role}_tp"])
+        assert mp.usable_bytes == pytest.approx(setup.utilization * base, rel=1e-12)
+        assert mp.parts["weights"] == card_weights(setup.model, setup.quant, ep=size, tp=tp, mtp=setup.mtp).total_bytes
+        assert mp.total_bytes == pytest.approx(sum(mp.parts.values()), rel=1e-12)
+    assert p_card.parts["kv_cache"] == pytest.approx(float(seq_kv_bytes(setup, work.prompt_tokens)), rel=1e-12)
+    per_rank = float(best["concurrency"]) / (int(best["d_instances"]) * int(best["d_size"]) // int(best["d_tp"]))
+    ctx = work.prompt_tokens + work.output_tokens
+    assert d_card.parts["kv_cache"] == pytest.approx(per_rank * float(seq_kv_bytes(setup, ctx)), rel=1e-12)
+    assert p_card.fits and d_card.fits  # the best split is feasible, so both of its cards fit
