@@ -696,6 +696,16 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True) -> Plan:
                 evaluated=len(df))
 
 
+def split_label(row) -> str:
+    """A split as people write it, ``"4 x P8 + 1 x D32"`` (TP degrees added when above 1); ``"none"`` for
+    ``None`` (no plan)."""
+    if row is None:
+        return "none"
+    tp = "".join(f", {r.upper()} TP {int(row[f'{r}_tp'])}" for r in ("p", "d") if int(row[f"{r}_tp"]) > 1)
+    return (f"{int(row['p_instances'])} x P{int(row['p_size'])} + {int(row['d_instances'])} x D{int(row['d_size'])}"
+            + tp)
+
+
 def card_plans(setup: Setup, work: Workload, row) -> tuple:
     """Memory of one P card and one D card of a candidate (a row of :attr:`Plan.candidates`): weights,
     KV cache in use (one prompt per P rank; the D instance's share of the sequences per D rank) and the

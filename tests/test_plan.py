@@ -331,3 +331,16 @@ def test_card_plans_of_a_split_add_up(v3_case):
     ctx = work.prompt_tokens + work.output_tokens
     assert d_card.parts["kv_cache"] == pytest.approx(per_rank * float(seq_kv_bytes(setup, ctx)), rel=1e-12)
     assert p_card.fits and d_card.fits  # the best split is feasible, so both of its cards fit
+
+
+def test_split_label(v3_case):
+    from pdcalc.plan import split_label
+
+    setup, work, *_ = v3_case
+    best = plan(setup, work).best
+    label = split_label(best)
+    assert label.startswith(f"{int(best.p_instances)} x P{int(best.p_size)} + {int(best.d_instances)} x D")
+    row = best.copy()
+    row["p_tp"], row["d_tp"] = 2, 1
+    assert split_label(row).endswith(", P TP 2")
+    assert split_label(None) == "none"
