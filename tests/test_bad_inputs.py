@@ -1,0 +1,235 @@
+"""Regression cases: bad inputs a user gave, each with the one line it must now get (exit status 2), and
+inputs that must be accepted with the right result. The property-based tests (test_properties.py)
+generate many more of the same kinds."""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from cli_harness import assert_clean, assert_refused, run_cli
+
+V4, V3 = "deepseek-v4-flash", "deepseek-v3"
+MEM = ("--card", "ascend-910b2", "--ep", "8", "--json")
+PLAN = ("plan", "--card", "ascend-910b2", "--prompt", "4096", "--output", "1024")
+ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+
+
+def config(name: str = V3) -> dict:
+    file = {"deepseek-v3": "deepseek_v3_config.json", "deepseek-v4-flash": "deepseek_v4_flash_config.json"}[name]
+    return json.loads(resources.files("pdcalc").joinpath("data", "models", file).read_text(encoding="utf-8"))
+
+
+def card() -> str:
+    """The ascend-910b2 preset as a user's TOML file."""
+    return ('label = "my card"\nhbm_bytes = 68719476736\nhbm_visible_bytes = 65455301591\n'
+            'hbm_bandwidth_bytes_per_s = 1.6e12\nhbm_bandwidth_bytes_per_s_range = [1.2e12, 2.0e12]\n'
+            'flops_per_s = { fp16 = 376e12, bf16 = 353.9e12, int8 = 752e12 }\n'
+            'intra_node_bytes_per_s = 196e9\nscale_out_bytes_per_s = 25e9\ncards_per_node = 8\n')
+
+
+@pytest.fixture
+def write(tmp_path):
+    def _write(name: str, content: str | bytes) -> str:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        return str(path)
+    return _write
+
+
+# -- card files -----------------------------------------------------------------------------------
+def test_a_valid_card_file_is_accepted(write):
+    assert_clean(run_cli("memory", V4, "--card", write("my.toml", card()), "--ep", "8", "--json"))
+
+
+@pytest.mark.parametrize("content, fragments", [
+    (card().replace("hbm_bandwidth_bytes_per_s_range = [1.2e12, 2.0e12]", "hbm_bandwidth_bytes_per_s_range = 5"),
+     ["hbm_bandwidth_bytes_per_s_range"]),
+    (card().replace("hbm_visible_bytes = 65455301591", 'hbm_visible_bytes = "x"'), ["hbm_visible_bytes"]),
+    (card().replace("hbm_bytes = 68719476736", "hbm_bytes = inf"), ["hbm_bytes"]),
+    (card().replace("hbm_bytes = 68719476736", "hbm_bytes = nan"), ["hbm_bytes"]),
+    (card().replace("cards_per_node = 8", "cards_per_node = 8.5"), ["cards_per_node"]),
+    (card().replace('label = "my card"', "label = 3"), ["label"]),
+    (card().replace("flops_per_s = { fp16 = 376e12, bf16 = 353.9e12, int8 = 752e12 }", "flops_per_s = 5"),
+     ["flops_per_s"]),
+    (card().replace("scale_out_bytes_per_s = 25e9\n", ""), ["scale_out_bytes_per_s", "missing"]),
+    ("hbm_bytes = [[[[", ["not valid TOML"]),
+])
+def test_bad_card_fields_name_the_file_and_field(write, content, fragments):
+    path = write("bad.toml", content)
+    for cmd in (("memory", V4, "--card", path, "--ep", "8", "--json"),
+                ("throughput", V3, "--card", path, "--tp", "8", "--dp", "4", "--context", "2048",
+                 "--concurrency", "80", "--json")):
+        assert_refused(run_cli(*cmd), path, *fragments)
+
+
+def test_card_files_that_cannot_be_read(write, tmp_path):
+    assert_refused(run_cli("memory", V4, "--card", "", "--ep", "8"), "--card", "must not be empty")
+    assert_refused(run_cli("memory", V4, "--card", str(tmp_path), "--ep", "8"), str(tmp_path))
+    assert_refused(run_cli("memory", V4, "--card", write("latin1.toml", card().encode() + b'# caf\xe9\n'), "--ep", "8"),
+                   "latin1.toml")
+    assert_refused(run_cli("memory", V4, "--card", write("bin.toml", bytes(range(256))), "--ep", "8"), "bin.toml")
+    assert_refused(run_cli("memory", V4, "--card", "/nonexistent/x.toml", "--ep", "8"), "/nonexistent/x.toml")
+
+
+@pytest.mark.skipif(ROOT, reason="root reads files whatever their mode")
+def test_an_unreadable_card_file(write):
+    path = write("locked.toml", card())
+    os.chmod(path, 0)
+    assert_refused(run_cli("memory", V4, "--card", path, "--ep", "8"), path)
+
+
+# -- config files ---------------------------------------------------------------------------------
+def test_config_encodings(write):
+    text = json.dumps(config())
+    utf16 = run_cli("params", write("u16/config.json", text.encode("utf-16")), "--json")
+    assert assert_clean(utf16).code == 0 and utf16.json["total"] == run_cli("params", V3, "--json").json["total"]
+    cfg = config()
+    cfg["architectures"] = ["DeepseekV3ForCausalLM café"]
+    assert_refused(run_cli("params", write("l1/config.json", json.dumps(cfg, ensure_ascii=False).encode("latin-1"))),
+                   "config.json")
+    assert_refused(run_cli("params", write("bin/config.json", bytes(range(256)) * 4)), "config.json")
+
+
+def test_configs_too_big_or_too_deep_to_parse(write):
+    assert_refused(run_cli("params", write("a/config.json", '{"hidden_size": ' + "7" * 5000 + "}")), "config.json")
+    assert_refused(run_cli("params", write("b/config.json", "[" * 100_000 + "]" * 100_000)), "config.json")
+    assert_refused(run_cli("params", write("c/config.json", "[1, 2]")), "config.json")
+
+
+@pytest.mark.parametrize("field, value, commands", [
+    ("n_routed_experts", 10**12, ["params", "memory", "throughput", "plan"]),
+    ("num_hidden_layers", 10**6, ["params"]),
+    ("num_hidden_layers", 10**7, ["params"]),
+    ("hidden_size", 7168.5, ["params"]),
+    ("hidden_size", "7168", ["params"]),
+    ("hidden_size", None, ["params"]),
+    ("hidden_size", True, ["params"]),
+    ("tie_word_embeddings", "false", ["params"]),
+    ("tie_word_embeddings", 0, ["params"]),
+    ("num_experts_per_tok", 300, ["params"]),
+    ("vocab_size", -1, ["params"]),
+])
+def test_config_fields_out_of_range_or_of_the_wrong_type(write, field, value, commands):
+    cfg = config()
+    cfg[field] = value
+    path = write(f"{field}/config.json", json.dumps(cfg))
+    runs = {"params": ("params", path, "--json"), "memory": ("memory", path, *MEM),
+            "throughput": ("throughput", path, "--card", "ascend-910b2", "--tp", "8", "--dp", "4", "--context", "2048",
+                           "--concurrency", "80", "--json"),
+            "plan": (*PLAN, "--model", path, "--cards", "16", "--concurrency", "64", "--json")}
+    for cmd in commands:
+        assert_refused(run_cli(*runs[cmd]), path, field)
+
+
+def test_a_whole_number_float_counts_as_the_integer(write):
+    cfg = config()
+    cfg["hidden_size"] = float(cfg["hidden_size"])
+    out = assert_clean(run_cli("params", write("f/config.json", json.dumps(cfg)), "--json"))
+    exact = run_cli("params", V3, "--json").json
+    assert out.code == 0
+    for key in ("total", "activated", "mtp"):
+        assert out.json[key] == exact[key] and isinstance(out.json[key], int)
+    assert all(isinstance(v, int) for v in out.json["by_category"].values())
+
+
+# -- flags ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, fragments", [
+    (("memory", V3, "--card", "h800", "--tp", "3"), ["TP degree 3", "128 attention heads"]),
+    (("memory", V3, "--card", "h800", "--tp", "7"), ["TP degree 7"]),
+    (("memory", V3, "--card", "h800", "--tp", "1000"), ["TP degree 1000"]),
+    (("memory", V3, "--card", "h800", "--tp", "0"), ["--tp", "1.."]),
+    (("memory", V3, "--card", "h800", "--ep", "8", "--utilization", "1.5"), ["--utilization", "(0, 1]"]),
+    (("memory", V3, "--card", "h800", "--ep", "1e3"), ["--ep", "integer"]),
+    (("kv", V4, "--context", "-5"), ["--context"]),
+    (("kv", V4, "--context", "99999999999"), ["--context", "16,777,216"]),
+    ((*PLAN, "--cards", "64", "--rate", "inf"), ["--rate", "finite"]),
+    ((*PLAN, "--cards", "64", "--rate", "nan"), ["--rate", "finite"]),
+    ((*PLAN, "--cards", "64", "--concurrency", "0"), ["--concurrency", "1.."]),
+    ((*PLAN, "--cards", "64", "--concurrency", "8", "--top", "-1"), ["--top"]),
+    ((*PLAN, "--cards", "1", "--concurrency", "8"), ["--cards", "2.."]),
+    ((*PLAN, "--cards", "64", "--concurrency", "8", "--rate", "1"), ["--rate", "--concurrency"]),
+    ((*PLAN, "--cards", "64", "--concurrency", "8", "--ttft-ms", "-1"), ["--ttft-ms"]),
+    (("throughput", V3, "--card", "h800", "--tp", "8", "--dp", "4", "--context", "10", "--concurrency", "8",
+      "--mfu", "0"), ["--mfu", "(0, 1]"]),
+    (("claims", "--article", "v5"), ["--article", "invalid choice"]),
+    (("claims", "--verdict", "wrong"), ["--verdict"]),
+    (("nonsense",), ["invalid choice"]),
+    (("memory", V3), ["--card"]),
+    (("params", "deepseek-v9"), ["unknown model 'deepseek-v9'"]),
+])
+def test_bad_flags_are_one_line(args, fragments):
+    assert_refused(run_cli(*args), *fragments)
+
+
+def test_plan_flags_that_are_now_results():
+    top = run_cli(*PLAN, "--cards", "64", "--concurrency", "256", "--top", "3", "--json").json
+    assert len(top["ranked"]) == 3
+    once = run_cli(*PLAN, "--cards", "64", "--concurrency", "256", "--json").json
+    twice = run_cli(*PLAN, "--cards", "64", "--concurrency", "256", "--tp", "1", "1", "--json").json
+    assert once == twice  # a repeated TP degree adds no rows
+    big = assert_clean(run_cli(*PLAN, "--cards", "8192", "--concurrency", "122880", "--json"))
+    assert big.json["cards"] == 8192 and big.json["evaluated"] < 10**6 < big.json["splits"]
+
+
+def test_the_model_field_means_what_was_given_in_every_command(write):
+    path = write("m/config.json", json.dumps(config(V4)))
+    runs = [("params", path, "--json"), ("memory", path, *MEM), ("kv", path, "--context", "1024", "--json"),
+            ("throughput", path, "--card", "ascend-910b2", "--tp", "1", "--dp", "8", "--ep", "8", "--context", "2048",
+             "--concurrency", "8", "--json"),
+            (*PLAN, "--model", path, "--cards", "16", "--concurrency", "8", "--json")]
+    for args in runs:
+        assert assert_clean(run_cli(*args)).json["model"] == path, args[0]
+    assert run_cli("memory", V4, *MEM).json["model"] == V4
+
+
+def test_json_never_holds_a_bare_infinity(write):
+    # a card too large for the bound is refused; the JSON of a valid run is strict JSON (no NaN/Infinity)
+    out = assert_clean(run_cli(*PLAN, "--cards", "4", "--concurrency", "4096", "--json"))
+    json.loads(out.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    big = card().replace("hbm_bytes = 68719476736", "hbm_bytes = 1e300")
+    assert_refused(run_cli("memory", V4, "--card", write("huge.toml", big), "--ep", "8", "--json"), "hbm_bytes")
+
+
+# -- chapter re-runs: refused before anything runs ------------------------------------------------
+@pytest.mark.parametrize("chapter, params, fragments", [
+    ("v3_throughput", [("other_card", "nope")], ["other_card", "nope"]),
+    ("v3_throughput", [("other_quant", "nope")], ["other_quant", "nope"]),
+    ("validation", [("scheme", "nope")], ["scheme", "nope"]),
+    ("plan", [("cards", "1")], ["cards"]),
+    ("plan", [("rate_per_s", "2"), ("concurrency", "64")], ["rate_per_s", "concurrency"]),
+    ("plan", [("card", "ascend-910b4-32g")], ["card", "ascend-910b4-32g"]),
+    ("plan", [("utilization", "inf")], ["utilization"]),
+    ("per_card", [("d_ep", "1000")], ["d_ep"]),
+    ("per_card", [("nope", "1")], ["nope"]),
+])
+def test_rerun_parameters_are_refused_before_anything_runs(tmp_path, chapter, params, fragments):
+    args = ["rerun", chapter, "-o", str(tmp_path / "out")]
+    for name, value in params:
+        args += ["-p", name, value]
+    assert_refused(run_cli(*args), *fragments)
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+@pytest.mark.parametrize("outdir", ["/proc/x", "/dev/null"])
+def test_rerun_output_folders_that_cannot_be(outdir):
+    assert_refused(run_cli("rerun", "per_card", "-o", outdir), outdir)
+
+
+def test_rerun_output_folder_that_is_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert_refused(run_cli("rerun", "per_card", "-o", str(f)), str(f))
+
+
+@pytest.mark.skipif(ROOT, reason="root writes into read-only folders")
+def test_rerun_output_folder_read_only(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+    assert_refused(run_cli("rerun", "per_card", "-o", str(ro / "sub")), str(ro))
