@@ -70,7 +70,7 @@ def read_user_file(path, source: str, *, max_bytes: int = MAX_FILE_BYTES) -> byt
         raise ConfigError(source, None, too_big)
     try:
         with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+            data = fh.read(min(max_bytes, st.st_size) + 1)  # one byte more: the file may have grown
     except OSError as exc:
         raise ConfigError(source, None, f"cannot read: {_reason(exc)}") from None
     if len(data) > max_bytes:
