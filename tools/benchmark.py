@@ -70,9 +70,14 @@ def _make(target: str) -> str:
     return f"log: {log.relative_to(REPO)}"
 
 
-@measurement("make test", "unit tests + nbval over every chapter (venv already up to date)")
-def _make_test() -> str:
-    return _make("test")
+@measurement("unit tests", "make test-unit: pytest tests/ (property-based tests and the precision scan included)")
+def _unit_tests() -> str:
+    return _make("test-unit")
+
+
+@measurement("nbval", "make test-nbval: every chapter re-executed and compared with its committed outputs")
+def _nbval() -> str:
+    return _make("test-nbval")
 
 
 @measurement("book build (strict)", "make book: jupyter-book build --all -W --keep-going . (executes chapters)")
@@ -99,6 +104,60 @@ def _chapters() -> str:
         execute(path)
         times.append(f"{path.stem} {time.perf_counter() - t0:.1f} s")
     return "; ".join(times)
+
+
+#: Most memory the planner may take at 8,192 cards.
+PLAN_MEMORY_BUDGET_BYTES = 2 * 2**30
+
+
+@measurement("plan at 8,192 cards", "pdcalc plan --cards 8192 (V4-Flash on ascend-910b2, 24,576 + 8,192 tokens, "
+             "122,880 sequences) in a fresh process: wall time and peak resident memory (budget 2 GiB)")
+def _plan_8192() -> str:
+    code = (
+        "import contextlib, io, json, resource, time\n"
+        "from pdcalc.cli import main\n"
+        "t0 = time.perf_counter(); out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    rc = main(['plan', '--card', 'ascend-910b2', '--cards', '8192', '--prompt', '24576', '--output', '8192',"
+        " '--concurrency', '122880', '--json'])\n"
+        "res = json.loads(out.getvalue())\n"
+        "print(json.dumps({'rc': rc, 's': time.perf_counter() - t0, 'peak_kib': resource.getrusage(resource.RUSAGE_SELF)"
+        ".ru_maxrss, 'splits': res['splits'], 'evaluated': res['evaluated'], 'feasible': res['feasible']}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak = r["peak_kib"] * 1024
+    detail = (f"{r['s']:.2f} s in the planner, peak {peak / 2**30:.2f} GiB; {r['splits']:,} splits, "
+              f"{r['evaluated']:,} evaluated, {r['feasible']:,} feasible")
+    if r["rc"] != 0 or peak > PLAN_MEMORY_BUDGET_BYTES:
+        raise RuntimeError(f"over the {PLAN_MEMORY_BUDGET_BYTES / 2**30:.0f} GiB budget or failed: {detail}")
+    return detail
+
+
+@measurement("throughput.step over 8,192 contexts", "one vectorized decode step of DeepSeek-V3 on 32 cards at every "
+             "context from 1 to 8,192 tokens (mean of 20 calls)")
+def _step_vectorized() -> str:
+    import numpy as np
+
+    from pdcalc.throughput import step
+
+    L = np.arange(1, 8193)
+    step("deepseek-v3", "ascend-910b2", tp=8, dp=4, context=2048, concurrency=80, phase="decode")  # warm caches
+    t0 = time.perf_counter()
+    for _ in range(20):
+        step("deepseek-v3", "ascend-910b2", tp=8, dp=4, context=L, concurrency=80, phase="decode")
+    return f"{(time.perf_counter() - t0) / 20 * 1e3:.1f} ms per call"
+
+
+@measurement("prefill FLOPs of a 1M-token prompt", "pdcalc.flops.prefill_flops(V4-Flash, 1,048,576) (mean of 100 calls)")
+def _prefill_flops() -> str:
+    from pdcalc.flops import prefill_flops
+
+    prefill_flops("deepseek-v4-flash", 10)
+    t0 = time.perf_counter()
+    for _ in range(100):
+        prefill_flops("deepseek-v4-flash", 1_048_576)
+    return f"{(time.perf_counter() - t0) / 100 * 1e3:.2f} ms per call"
 
 
 def _planner_case():
