@@ -290,7 +290,7 @@ def cmd_rerun(args) -> int:
     for name, text in args.parameter or []:
         if name in params:
             raise ParameterError(f"parameter {name!r} given twice")
-        params[name] = parse_value(text, declared[name].type if name in declared else None)
+        params[name] = parse_value(text, declared[name].type if name in declared else None, name=name)
     try:
         result = rerun(args.chapter, params, outdir=args.outdir, html=args.html)
     except ChapterFailed as exc:
