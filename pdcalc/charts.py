@@ -5,11 +5,15 @@ Altair is imported lazily: the package itself needs only numpy and pandas.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from pdcalc.inventory import get_inventory
 from pdcalc.precision import SIG, tidy
 from pdcalc.report import CLASS_I
+
+#: Most points the planner's chart draws (Altair embeds every point in the page).
+PLAN_CHART_MAX_POINTS = 4000
 
 #: Name of the Altair data transformer that rounds every chart's data (:func:`altair`).
 ROUNDING_TRANSFORMER = "pdcalc-rounded"
@@ -265,6 +269,12 @@ def plan_chart(rows: pd.DataFrame, marks: pd.DataFrame, title: str):
     # one point per (cards, tokens/s per card, status): splits that differ only in the P side overlap
     rows = rows.sort_values("ttft_s").drop_duplicates(["cards", "tpc", "status"])[
         ["p_instances", "p_size", "d_instances", "d_size", "cards", "status", "tokens_per_s_per_card", "ttft_s", "tpot_s"]]
+    if len(rows) > PLAN_CHART_MAX_POINTS:  # a large cluster: the best split per bin of cluster sizes and status
+        bins = np.unique(np.geomspace(1, rows["cards"].max() + 1, PLAN_CHART_MAX_POINTS // 8).round())
+        rows = (rows.assign(bin=np.searchsorted(bins, rows["cards"]))
+                .sort_values("tokens_per_s_per_card", ascending=False).drop_duplicates(["bin", "status"])
+                .drop(columns="bin"))
+        title = f"{title} (best split per range of cluster sizes)"
     rows = rows.assign(feasible_first=(rows["status"] == "feasible").astype(int))
     pts = alt.Chart(rows).mark_circle(size=28, opacity=0.6).encode(
         x=alt.X("cards:Q", title="cards used"),
