@@ -476,6 +476,14 @@ _SINGLE = {
 }
 
 
+def band_assumptions() -> dict:
+    """The arguments of :func:`predictions` under which every band holds (``tests/test_validation.py``):
+    its defaults. With others (a what-if), a prediction outside its band is a result, not a defect."""
+    import inspect
+
+    return {k: p.default for k, p in inspect.signature(predictions).parameters.items()}
+
+
 def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.DEFAULT_MBU,
                 comm_eff: float = throughput.DEFAULT_COMM_EFF, overlap: bool = True,
                 scheme: str | None = None) -> list[Prediction]:
