@@ -233,3 +233,31 @@ def test_rerun_output_folder_read_only(tmp_path):
     ro.mkdir()
     os.chmod(ro, 0o500)
     assert_refused(run_cli("rerun", "per_card", "-o", str(ro / "sub")), str(ro))
+
+
+# -- chapter re-runs: a deployment that does not fit is a result ----------------------------------
+def _glued(path) -> dict[str, str]:
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {o["metadata"]["scrapbook"]["name"]: "".join(o["data"]["application/papermill.record/text/plain"])
+            for c in nb["cells"] for o in c.get("outputs", []) if o.get("metadata", {}).get("scrapbook")}
+
+
+def test_a_plan_that_does_not_fit_is_stated_in_the_rerun_chapter(tmp_path):
+    out = assert_clean(run_cli("rerun", "plan", "-p", "cards", "8", "-o", str(tmp_path)), json_out=False)
+    assert out.code == 0, out.err
+    glued = _glued(tmp_path / "plan.ipynb")
+    assert glued["reason"].startswith("'nothing fits: the closest split") and "short by" in glued["reason"]
+    assert "nothing fits" in glued["takeaway_real"]
+
+
+def test_a_model_too_large_for_the_cards_is_stated_in_the_rerun_chapter(tmp_path, write):
+    cfg = config(V4)
+    # a V4 with V3's width and depth: about three times V4-Flash's weights
+    cfg.update(hidden_size=7168, moe_intermediate_size=3072, num_hidden_layers=61,
+               compress_ratios=(cfg["compress_ratios"] * 3)[:62])
+    out = assert_clean(run_cli("rerun", "kv_memory", "-p", "model", write("big/config.json", json.dumps(cfg)),
+                               "-o", str(tmp_path)), json_out=False)
+    assert out.code == 0, out.err
+    glued = _glued(tmp_path / "kv_memory.ipynb")
+    assert glued["real_C_verdict"].startswith("'does not fit, short by")
+    assert "memory, not the scheduler" in glued["d_limit_short"] and glued["n_real_max"] == "0"
