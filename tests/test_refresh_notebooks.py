@@ -9,7 +9,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-from refresh_notebooks import ALTAIR_ID, stable_altair_ids  # noqa: E402
+from refresh_notebooks import ALTAIR_ID, stable_addresses, stable_altair_ids  # noqa: E402
 
 A, B = "altair-viz-" + "a" * 32, "altair-viz-" + "b" * 32
 
@@ -41,3 +41,14 @@ def test_two_charts_in_one_output_stay_distinct():
     nb = _nb([[A, B]])
     stable_altair_ids(nb, "ch.ipynb")
     assert len(set(ALTAIR_ID.findall(nb.cells[0].outputs[0]["data"]["text/html"]))) == 2
+
+
+def test_object_addresses_are_replaced():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("styler")
+    cell.outputs = [nbformat.v4.new_output("execute_result", data={
+        "text/plain": "<pandas.io.formats.style.Styler at 0x7f8a2908cd10>", "text/html": "<table></table>"})]
+    nb.cells.append(cell)
+    assert stable_addresses(nb) == 1
+    assert cell.outputs[0]["data"]["text/plain"] == "<pandas.io.formats.style.Styler at 0xADDRESS>"
+    assert stable_addresses(nb) == 0

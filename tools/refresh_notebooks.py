@@ -5,7 +5,8 @@ Usage: ``python tools/refresh_notebooks.py [NOTEBOOK ...]`` (default: every note
 directory (``book/``), with ``record_timing=False`` and no papermill metadata, so a refresh of
 unchanged code gives a diff only where outputs really changed. Altair gives every chart a random
 ``altair-viz-<32 hex>`` id; the refresh replaces each with one derived from the notebook name,
-cell index and order (unique on the page, the same on every refresh). A notebook that raises is
+cell index and order (unique on the page, the same on every refresh), and an object repr's memory
+address (a pandas Styler's ``<... at 0x7f...>``) becomes ``0xADDRESS``. A notebook that raises is
 left untouched and the script exits 1.
 """
 
@@ -25,6 +26,23 @@ from nbrun import REPO, execute, toc_notebooks  # noqa: E402
 
 
 ALTAIR_ID = re.compile(r"altair-viz-[0-9a-f]{32}")
+#: An object repr's memory address (a pandas Styler's text/plain), different on every run.
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def stable_addresses(nb) -> int:
+    """Replace memory addresses in object reprs (``<... Styler at 0x7f...>``) by a fixed text; return how many."""
+    count = 0
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            text = data.get("text/plain")
+            if isinstance(text, list):
+                text = "".join(text)
+            if isinstance(text, str) and ADDRESS.search(text):
+                data["text/plain"] = ADDRESS.sub(" at 0xADDRESS>", text)
+                count += 1
+    return count
 
 
 def stable_altair_ids(nb, name: str) -> int:
@@ -65,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"refresh: FAILED {path.relative_to(REPO)}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
         stable_altair_ids(nb, path.name)
+        stable_addresses(nb)
         nbformat.write(nb, path)
         print(f"refresh: {path.relative_to(REPO)} re-executed in {time.perf_counter() - t0:.1f} s")
     return 1 if failed else 0
