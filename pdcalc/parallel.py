@@ -144,9 +144,10 @@ def place_experts(n_experts: int, ep_size: int, redundant: int = 0) -> Placement
     slots = n_experts + redundant
     if ep_size > slots:
         raise LayoutError(f"cannot spread {n_experts} experts (+{redundant} redundant) over {ep_size} cards: "
-                          f"{ep_size - slots} cards would hold no expert")
+                          f"{ep_size - slots} cards would hold no expert (an EP group of at most {slots} cards)")
     if redundant > n_experts:
-        raise LayoutError(f"{redundant} redundant copies exceed the {n_experts} experts they copy")
+        raise LayoutError(f"{redundant} redundant copies exceed the {n_experts} experts they copy "
+                          f"(at most {n_experts})")
     return Placement(n_experts=n_experts, ep_size=ep_size, redundant=redundant)
 
 
