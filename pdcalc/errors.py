@@ -1,6 +1,7 @@
 """Errors a user can cause. Each carries a one-line message fit for a command line."""
 
 import difflib
+import unicodedata
 
 #: Up to this many known names are listed in full; beyond it, the closest ones.
 MAX_LISTED = 24
@@ -118,3 +119,27 @@ def load_toml(path, source: str) -> dict:
 
 class LayoutError(PdcalcError, ValueError):
     """A parallel layout that cannot exist (e.g. experts that cannot be spread over the EP group)."""
+
+
+#: Characters that end a line (``str.splitlines``) or are other controls: never printed raw in a message.
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+#: Longest message a one-line error (:func:`one_line`) carries (a pasted value can be huge).
+MAX_MESSAGE = 2000
+
+
+def one_line(text: str, *, limit: int = MAX_MESSAGE) -> str:
+    """``text`` as one line: line breaks and other control characters escaped (``\\n``), at most ``limit`` characters."""
+    out = "".join(repr(ch)[1:-1] if ch in _LINE_BREAKS or unicodedata.category(ch) == "Cc" else ch
+                  for ch in str(text))
+    return out if len(out) <= limit else out[:limit - 3] + "..."
+
+
+class _OneLineError(PdcalcError):
+    """An error whose message is always one line (see :func:`one_line`)."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+class RerunError(_OneLineError):
+    """A re-run that cannot start: a bad output folder, a chapter that is not a notebook, a missing tool."""
