@@ -18,6 +18,17 @@ import numbers
 from pdcalc.errors import PdcalcError
 
 
+#: Bounds shared by the command line's flags and the chapters' parameters: generous enough for any real
+#: deployment, tight enough that nothing runs away (a cluster of 10**9 cards, a 10**12-token context).
+MAX_CARDS = 65_536                 # a cluster, an EP, TP or DP group
+MAX_TOKENS = 16_777_216            # a context, a prompt, an output (16M tokens)
+MAX_SEQUENCES = 10_000_000         # users, sequences in flight, sequences per card
+RATE_PER_S = (1e-6, 1e9)           # requests per second
+LATENCY_MS = (1e-3, 1e9)           # a TTFT or TPOT target
+BANDWIDTH_GB_S = (1e-3, 1e6)       # a transfer bandwidth
+TOKENS_PER_S = (1e-3, 1e12)        # an aggregate throughput target
+
+
 class InputError(PdcalcError, ValueError):
     """A value outside what its flag, parameter or field allows."""
 

@@ -19,16 +19,9 @@ import sys
 from pathlib import Path
 
 from pdcalc import checks
+# the numeric flags' bounds, the same as the chapters' parameters'
+from pdcalc.checks import BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S
 from pdcalc.errors import PdcalcError
-
-#: Bounds of the numeric flags: generous enough for any real deployment, tight enough that nothing
-#: runs away (a cluster of 10**9 cards, a 10**12-token context).
-MAX_CARDS = 65_536
-MAX_TOKENS = 16_777_216          # 16M tokens of context or prompt
-MAX_CONCURRENCY = 10_000_000
-MAX_RATE = 1e9                   # requests per second
-MAX_MS = 1e9
-MAX_BANDWIDTH_GB_S = 1e6
 
 
 class _Parser(argparse.ArgumentParser):
@@ -347,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dp", type=_int(1, MAX_CARDS), required=True, help="DP ranks")
     st.add_argument("--ep", type=_int(1, MAX_CARDS), default=None, help="EP group in cards (default: no expert parallelism)")
     st.add_argument("--context", type=_int(1, MAX_TOKENS), required=True, help="prompt length (prefill) and KV length (decode)")
-    st.add_argument("--concurrency", type=_int(1, MAX_CONCURRENCY), required=True, help="prompts (prefill) and sequences (decode) per step")
+    st.add_argument("--concurrency", type=_int(1, MAX_SEQUENCES), required=True, help="prompts (prefill) and sequences (decode) per step")
     st.add_argument("--quant", default="w8a8")
     st.add_argument("--mfu", type=_FRACTION, default=0.5, help="share of peak FLOP/s reached (assumption)")
     st.add_argument("--mbu", type=_FRACTION, default=0.7, help="share of HBM bandwidth reached (assumption)")
@@ -363,15 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
     spl.add_argument("--prompt", type=_int(1, MAX_TOKENS), required=True, help="prompt tokens per request")
     spl.add_argument("--output", type=_int(1, MAX_TOKENS), required=True, help="output tokens per request")
     load = spl.add_mutually_exclusive_group(required=True)
-    load.add_argument("--rate", type=_num(1e-6, MAX_RATE, low_open=False), help="requests per second")
-    load.add_argument("--concurrency", type=_int(1, MAX_CONCURRENCY), help="sequences decoding at once")
-    spl.add_argument("--ttft-ms", type=_num(0.001, MAX_MS, low_open=False), default=None, help="target time to first token")
-    spl.add_argument("--tpot-ms", type=_num(0.001, MAX_MS, low_open=False), default=None, help="target time per output token")
+    load.add_argument("--rate", type=_num(*RATE_PER_S, low_open=False), help="requests per second")
+    load.add_argument("--concurrency", type=_int(1, MAX_SEQUENCES), help="sequences decoding at once")
+    spl.add_argument("--ttft-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time to first token")
+    spl.add_argument("--tpot-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time per output token")
     spl.add_argument("--quant", default="w8a8")
     spl.add_argument("--engine", default="vllm-ascend", help="KV layout: reference, vllm or vllm-ascend")
     spl.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="MTP module loaded")
     spl.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
-    spl.add_argument("--bandwidth-gb-s", type=_num(0.001, MAX_BANDWIDTH_GB_S, low_open=False), default=18.0, help="P -> D bandwidth per request, GB/s")
+    spl.add_argument("--bandwidth-gb-s", type=_num(*BANDWIDTH_GB_S, low_open=False), default=18.0, help="P -> D bandwidth per request, GB/s")
     spl.add_argument("--tp", type=_int(1, MAX_CARDS), nargs="+", default=[1], help="TP degrees to try (repeats ignored)")
     spl.add_argument("--top", type=_int(1, MAX_CARDS), default=10, help="how many ranked plans to print")
     spl.add_argument("--json", action="store_true")

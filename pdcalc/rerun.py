@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from pdcalc import checks
+from pdcalc.checks import (BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S,
+                           TOKENS_PER_S)
 from pdcalc.errors import PdcalcError, RerunError, UnknownNameError, _OneLineError
 from pdcalc.page import _need, _read_notebook, _reason, write_html
 
@@ -337,11 +339,8 @@ def parse_value(text: str, expected: type | None = None, *, name: str | None = N
 # ---------------------------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------------------------
-#: Bounds of the integers chapters take: wide enough for any deployment, narrow enough for the arithmetic
-#: (numpy's 64-bit integers, loops over a cluster's cards).
-MAX_CARDS = 65_536               # a cluster, an EP or TP group, the sizes of a sweep
-MAX_TOKENS = 1_000_000_000       # a context, a prompt, an output
-MAX_SEQUENCES = 1_000_000_000    # users, sequences in flight, sequences per card
+# Cards, tokens, sequences, rates, latencies and bandwidths are bounded as the command line bounds its
+# flags (pdcalc.checks); a few bounds are the chapters' own:
 MAX_BLOCK_TOKENS = 1 << 20       # a scheduler block
 MAX_NAME = 4096                  # a preset name or a file path (PATH_MAX)
 
@@ -523,11 +522,13 @@ def _integer(low: int = 1, high: int | None = None) -> Callable:
     return check
 
 
-def _number(*, low: float = 0.0, low_open: bool = True, unit: str = "") -> Callable:
-    def check(name: str, value: Any, values: dict, params: dict) -> float:
-        return _checked(checks.number, _label(name), value, low=low, low_open=low_open, unit=unit)
+def _number(bounds: tuple[float, float], *, unit: str = "") -> Callable:
+    low, high = bounds
 
-    check.__doc__ = f"A finite number {'>' if low_open else '>='} {low} (:func:`pdcalc.checks.number`)."
+    def check(name: str, value: Any, values: dict, params: dict) -> float:
+        return _checked(checks.number, _label(name), value, low=low, high=high, unit=unit)
+
+    check.__doc__ = f"A finite number in {low:g}..{high:g} (:func:`pdcalc.checks.number`)."
     return check
 
 
@@ -680,11 +681,11 @@ VALIDATORS: dict[str, Callable[[str, Any, dict, dict], Any]] = {
     "mfu": _fraction,
     "mbu": _fraction,
     "comm_eff": _fraction,
-    "bandwidth_gb_s": _number(unit="GB/s"),
-    "target_tokens_s": _number(unit="tokens/s"),
-    "rate_per_s": _number(unit="requests/s"),
-    "ttft_ms": _number(unit="ms"),
-    "tpot_ms": _number(unit="ms"),
+    "bandwidth_gb_s": _number(BANDWIDTH_GB_S, unit="GB/s"),
+    "target_tokens_s": _number(TOKENS_PER_S, unit="tokens/s"),
+    "rate_per_s": _number(RATE_PER_S, unit="requests/s"),
+    "ttft_ms": _number(LATENCY_MS, unit="ms"),
+    "tpot_ms": _number(LATENCY_MS, unit="ms"),
     "context": _integer(1, MAX_TOKENS),
     "max_model_len": _integer(1, MAX_TOKENS),
     "output_tokens": _integer(1, MAX_TOKENS),
