@@ -24,8 +24,8 @@ def test_numbers_read_well():
                        "ratio": [0.3800165107965131, np.nan], "fits": [True, False]})
     h = table_html(df)
     cells = _cells(h)
-    assert cells[:5] == ["16", "4.700", "48,980", "0.38", "yes"]          # whole numbers as counts
-    assert cells[5:] == ["32", "16.750", "10,000,000", "", "no"]
+    assert cells[:5] == ["16", "4.70", "48,980", "0.38", "yes"]          # whole numbers as counts
+    assert cells[5:] == ["32", "16.75", "10,000,000", "", "no"]
     assert "e+" not in h and "NaN" not in h and "nan" not in h and too_precise(h) == []
 
 
