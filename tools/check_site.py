@@ -21,6 +21,29 @@ protocol on ``--remote-debugging-pipe``. A page FAILS when
     output);
 (d) an uncaught JavaScript exception is thrown on the page.
 
+The page rules below are measured in the live DOM of a window WINDOW_WIDTH (1400) px wide, where
+the book's content column (the content box of ``article.bd-article``; ``<main>`` or ``<body>`` on a
+page without the theme) is 784 px wide. A page FAILS when
+
+(e) a pandas table shows its truncation: a row or a column of ``...``/``…`` cells (pandas's
+    ``to_html``), cells of the Styler's ``row_trim``/``col_trim`` classes, or a ``<p>N rows × M
+    columns</p>`` footer after a table that shows fewer rows or columns than the footer states;
+(f) a ``<table>`` in the column is rendered wider than the column and no element between it and
+    the column is a scroll container by design: computed ``overflow-x`` ``auto`` or ``scroll``,
+    its own box within the column, and not one of the wrappers the theme puts around *every*
+    output or table (THEME_SCROLL_WRAPPERS, e.g. ``div.cell_output .output``), which would
+    otherwise excuse every table. A chapter's deliberate container is an element of its own
+    output, e.g. ``<div class="pdcalc-scroll" style="overflow-x: auto">`` around the table, or the
+    cell tag ``scroll-output`` (myst-nb's ``div.cell_output`` then scrolls);
+(g) visible code takes more than MAX_CODE_SHARE (3 %) of the page's height: the rendered heights
+    of the code input areas (myst-nb's ``div.cell_input``) are summed, except the input of a cell
+    tagged ``parameters`` (``div.cell.tag_parameters``), and divided by the document's height.
+    An input behind a ``hide-input`` toggle (``<details class="hide above-input">``, closed) is
+    not rendered and counts 0 px; the toggle's one-line "Show code cell source" bar is not code.
+
+Each page gets one summary line (charts, requests, visible-code share, widest table against the
+column, truncated tables); each problem one line naming the page and the element.
+
 Exit status 0 when every page passes, 1 with one line per problem otherwise, 2 on usage errors.
 """
 
@@ -101,12 +124,115 @@ DOM_PROBE = r"""
 """
 
 
+# Page rules (e)-(g): the window they are measured in and the limit on visible code.
+WINDOW_WIDTH = 1400
+WINDOW_HEIGHT = 900
+MAX_CODE_SHARE = 0.03  # visible code input, parameters cell aside, over the page's height
+# Elements the theme / myst-nb give overflow-x: auto around every output or docutils table; a
+# table is not "in a scroll container by design" because of these alone.
+THEME_SCROLL_WRAPPERS = ["div.cell_output .output", ".pst-scrollable-table-container"]
+# The content column: the first match, in this order.
+COLUMN_SELECTORS = ["article.bd-article", "[role='main']", "main", "body"]
+
+LAYOUT_PROBE = r"""
+(() => {
+  const THEME = %THEME%, COLUMN = %COLUMN%;
+  const px = v => parseFloat(v) || 0;
+  // Not shown: display none, visibility hidden, or inside a closed <details> (whose content
+  // Chromium still lays out, under content-visibility: hidden, with its full size).
+  const closed = el => { const d = el.closest("details:not([open])");
+                         return !!d && !el.closest("summary")?.parentElement?.isSameNode(d); };
+  const rendered = el => el.getClientRects().length > 0 && !closed(el) &&
+    (el.checkVisibility ? el.checkVisibility({visibilityProperty: true}) : getComputedStyle(el).visibility !== "hidden");
+  const col = COLUMN.map(s => document.querySelector(s)).find(Boolean) || document.documentElement;
+  const ccs = getComputedStyle(col), cr = col.getBoundingClientRect();
+  const left = cr.left + px(ccs.borderLeftWidth) + px(ccs.paddingLeft);
+  const right = cr.right - px(ccs.borderRightWidth) - px(ccs.paddingRight);
+  const cells = [...document.querySelectorAll("div.cell")];
+  const cellNo = el => { const c = el.closest("div.cell"); return c ? cells.indexOf(c) + 1 : 0; };
+  const heads = [...document.querySelectorAll("h1, h2, h3, h4, h5, h6")];
+  const under = el => {
+    const h = heads.filter(x => x.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING).pop();
+    if (!h) return "";
+    const c = h.cloneNode(true);
+    c.querySelectorAll(".headerlink").forEach(a => a.remove());
+    return c.textContent.replace(/\s+/g, " ").trim().slice(0, 60);
+  };
+  const out = {
+    viewport: window.innerWidth,
+    column: {selector: COLUMN.find(s => document.querySelector(s)) || "html", width: right - left},
+    docHeight: Math.max(document.documentElement.scrollHeight, document.body ? document.body.scrollHeight : 0),
+    code: [], tables: [],
+  };
+  // (g) code input areas
+  for (const el of document.querySelectorAll("div.cell_input")) {
+    const height = rendered(el) ? el.getBoundingClientRect().height : 0;
+    out.code.push({cell: cellNo(el), height, parameters: !!el.closest(".tag_parameters"),
+                   collapsed: closed(el),
+                   first: (el.textContent.trim().split("\n")[0] || "").trim().slice(0, 50)});
+  }
+  // (e), (f) tables in the column
+  const dots = c => /^(\.\.\.|…)$/.test(c.textContent.trim());
+  const tables = [...col.querySelectorAll("table")];
+  tables.forEach((t, i) => {
+    if (!rendered(t)) return;
+    const r = t.getBoundingClientRect();
+    const width = Math.max(r.width, t.scrollWidth);
+    let scroller = null, inThemeWrapper = false, wideScroller = null;
+    for (let a = t.parentElement; a && a !== col; a = a.parentElement) {
+      const ox = getComputedStyle(a).overflowX;
+      if (ox !== "auto" && ox !== "scroll") continue;
+      if (THEME.some(s => a.matches(s))) { inThemeWrapper = true; continue; }
+      const ar = a.getBoundingClientRect();
+      const name = a.tagName.toLowerCase() + (a.id ? "#" + a.id : "") + [...a.classList].map(c => "." + c).join("");
+      if (ar.left >= left - 1 && ar.right <= right + 1) { scroller = name; break; }
+      if (!wideScroller) wideScroller = {name, width: ar.width};
+    }
+    const bodyRows = t.tBodies.length ? [...t.tBodies].flatMap(b => [...b.rows]) : [...t.rows];
+    const dotRow = bodyRows.some(tr => {
+      const tds = [...tr.cells].filter(c => c.tagName === "TD");
+      return tds.length > 0 && [...tr.cells].every(dots);
+    });
+    const tdsOf = tr => [...tr.cells].filter(c => c.tagName === "TD");
+    const dataRows = bodyRows.filter(tr => !(tdsOf(tr).length && [...tr.cells].every(dots)));
+    let dotCol = false;
+    const headDots = !t.tHead || [...t.tHead.querySelectorAll("th, td")].some(dots);
+    const ncols = Math.max(0, ...dataRows.map(tr => tdsOf(tr).length));
+    for (let j = 0; j < ncols && dataRows.length && headDots; j++) {
+      if (dataRows.every(tr => { const c = tdsOf(tr)[j]; return c && dots(c); })) { dotCol = true; break; }
+    }
+    const trimmed = !!t.querySelector(".row_trim, .col_trim");
+    let footer = null;
+    const p = t.nextElementSibling;
+    const m = p && p.tagName === "P" && p.textContent.trim().match(/^([\d,]+) rows? [×x] ([\d,]+) columns?$/);
+    if (m) {
+      const rows = +m[1].replace(/,/g, ""), columns = +m[2].replace(/,/g, "");
+      const shownCols = dataRows.length ? tdsOf(dataRows[0]).filter(c => !dots(c)).length : 0;
+      if (dataRows.length < rows || shownCols < columns) footer = p.textContent.trim();
+    }
+    // Column names from the header row that names the most (pandas adds a row of index names).
+    const names = t.tHead ? [...t.tHead.rows].map(tr => [...tr.cells].map(c => c.textContent.trim())
+        .filter(x => x && !/^(\.\.\.|…)$/.test(x))).reduce((a, b) => (b.length > a.length ? b : a), []) : [];
+    out.tables.push({
+      index: i + 1, id: t.id, cell: cellNo(t), under: under(t), columns: names.slice(0, 4), ncolumns: names.length,
+      width, scroller, inThemeWrapper, wideScroller, dotRow, dotCol, trimmed, footer,
+    });
+  });
+  return out;
+})()
+"""
+
+
 @dataclass
 class PageResult:
     page: str
     expected_charts: int = 0
     drawn_charts: int = 0
     requests: int = 0
+    code_share: float | None = None  # visible code input / page height (rule g)
+    widest_table: float = 0.0  # px, widest rendered table in the column
+    column_width: float | None = None  # px, content box of the column
+    truncated_tables: int = 0
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -309,6 +435,7 @@ def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: fl
     ids = expected_charts(html)
     result.expected_charts = len(ids)
     state: dict = {}
+    layout: dict = {}
     work = Path(tempfile.mkdtemp(prefix="check-site-"))
     netlog = work / "netlog.json"
     argv = [CHROMIUM, *BASE_FLAGS, f"--user-data-dir={work / 'profile'}", f"--log-net-log={netlog}",
@@ -321,17 +448,21 @@ def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: fl
         session = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime"):
             cdp.send(f"{domain}.enable", session=session)
+        cdp.send("Emulation.setDeviceMetricsOverride",
+                 {"width": WINDOW_WIDTH, "height": WINDOW_HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+                 session=session)
         cdp.send("Page.navigate", {"url": page.as_uri()}, session=session)
         if cdp.wait_event("Page.loadEventFired", session, load_timeout) is None:
             result.problems.append(f"page did not finish loading within {load_timeout:.0f} s")
         probe = DOM_PROBE.replace("%IDS%", json.dumps(ids))
 
-        def evaluate() -> dict:
+        def evaluate(expression: str = probe, await_promise: bool = False) -> dict:
             # A page that redirects (index.html -> book/intro.html) navigates under the probe:
             # wait for the new document and probe again.
             for _ in range(20):
                 try:
-                    res = cdp.send("Runtime.evaluate", {"expression": probe, "returnByValue": True},
+                    res = cdp.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                        "awaitPromise": await_promise},
                                    session=session)
                     return res.get("result", {}).get("value") or {}
                 except RuntimeError as exc:
@@ -353,6 +484,11 @@ def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: fl
             cdp.idle(0.2)
         cdp.idle(0.5)  # let late requests (fonts, lazily loaded scripts) show up
         state = evaluate() or state
+        # Layout is measured once charts are drawn and web fonts are in.
+        evaluate("Promise.race([document.fonts.ready.then(() => true),"
+                 " new Promise(r => setTimeout(() => r(false), 5000))])", await_promise=True)
+        layout = evaluate(LAYOUT_PROBE.replace("%THEME%", json.dumps(THEME_SCROLL_WRAPPERS))
+                          .replace("%COLUMN%", json.dumps(COLUMN_SELECTORS)))
     except Exception as exc:  # noqa: BLE001 - a page that breaks the browser is a failed page
         result.problems.append(f"browser error: {type(exc).__name__}: {exc}")
     finally:
@@ -398,6 +534,9 @@ def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: fl
     # (c) error outputs
     for err in state.get("errors", []):
         result.problems.append(f"notebook output shows an error: {err}")
+    # (e)-(g) page rules
+    if layout:
+        result.problems.extend(layout_problems(layout, result))
     result.problems = [" ".join(p.split()) for p in result.problems]  # one line per problem
     if keep is not None:
         dest = keep / rel.replace("/", "__")
@@ -409,6 +548,67 @@ def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: fl
     shutil.rmtree(work, ignore_errors=True)
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _table_name(t: dict) -> str:
+    name = f"table #{t['id']}" if t.get("id") else f"table {t['index']} of the page"
+    where = []
+    if t.get("cell"):
+        where.append(f"output of code cell {t['cell']}")
+    if t.get("under"):
+        where.append(f'under "{t["under"]}"')
+    if t.get("columns"):
+        more = ", ..." if t.get("ncolumns", 0) > len(t["columns"]) else ""
+        where.append("columns " + ", ".join(t["columns"]) + more)
+    return name + (f" ({'; '.join(where)})" if where else "")
+
+
+def layout_problems(layout: dict, result: PageResult) -> list[str]:
+    """Rules (e)-(g) on the LAYOUT_PROBE measurements of one page; fills the result's numbers."""
+    problems = []
+    if layout.get("viewport") != WINDOW_WIDTH:
+        problems.append(f"measured in a window {layout.get('viewport')} px wide, not {WINDOW_WIDTH} px")
+    column = layout.get("column", {})
+    col_width = column.get("width") or 0.0
+    result.column_width = col_width
+    # (e) truncated pandas tables
+    for t in layout.get("tables", []):
+        signs = []
+        if t["dotRow"]:
+            signs.append('a row of "..." cells')
+        if t["dotCol"]:
+            signs.append('a column of "..." cells')
+        if t["trimmed"]:
+            signs.append("Styler row_trim/col_trim cells")
+        if t["footer"]:
+            signs.append(f'footer "{t["footer"]}"')
+        if signs:
+            result.truncated_tables += 1
+            problems.append(f"truncated pandas table: {_table_name(t)} shows {', '.join(signs)}")
+    # (f) tables wider than the column
+    for t in layout.get("tables", []):
+        result.widest_table = max(result.widest_table, t["width"])
+        if t["width"] > col_width + 1 and not t["scroller"]:
+            note = ""
+            if t.get("wideScroller"):
+                wide = t["wideScroller"]
+                note = f" (its scroll container {wide['name']} is {wide['width']:.0f} px wide, not within the column)"
+            elif t["inThemeWrapper"]:
+                note = " (only the theme's wrapper of every output scrolls)"
+            problems.append(f"table wider than the content column, outside a scroll container: {_table_name(t)} "
+                            f"is {t['width']:.0f} px wide, the column {col_width:.0f} px{note}")
+    # (g) visible code
+    height = layout.get("docHeight") or 0
+    counted = [c for c in layout.get("code", []) if not c["parameters"] and c["height"] > 0]
+    code_px = sum(c["height"] for c in counted)
+    result.code_share = code_px / height if height else 0.0
+    if result.code_share > MAX_CODE_SHARE:
+        tallest = sorted(counted, key=lambda c: -c["height"])[:3]
+        names = ", ".join(f'code cell {c["cell"]} ({c["height"]:.0f} px, "{c["first"]}")' for c in tallest)
+        problems.append(f"visible code is {100 * result.code_share:.1f} % of the page's height "
+                        f"({code_px:,.0f} of {height:,.0f} px; limit {100 * MAX_CODE_SHARE:g} %): "
+                        f"{len(counted)} code cell input{'s' if len(counted) != 1 else ''} shown; tallest {names}")
+    return problems
 
 
 def site_pages(site: Path) -> list[Path]:
@@ -442,8 +642,12 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(r.page) for r in results)
     for r in results:
         verdict = "FAIL" if r.problems else "ok"
+        code = "code    ? " if r.code_share is None else f"code {100 * r.code_share:4.1f} %"
+        column = "?" if r.column_width is None else f"{r.column_width:.0f}"
         print(f"{verdict:4}  {r.page:<{width}}  charts {r.drawn_charts}/{r.expected_charts} drawn  "
-              f"{r.requests:3d} requests  {r.seconds:4.1f} s")
+              f"{r.requests:3d} requests  {code} (limit {100 * MAX_CODE_SHARE:g} %)  "
+              f"widest table {r.widest_table:4.0f}/{column} px  {r.truncated_tables} truncated  "
+              f"{r.seconds:4.1f} s")
     for r in failed:
         for problem in r.problems:
             print(f"check-site: FAIL {r.page}: {problem}")
