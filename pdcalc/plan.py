@@ -5,7 +5,8 @@ A candidate is ``n_p`` prefill instances of ``s_p`` cards (TP degree ``t_p``, EP
 ``s_p / t_p`` DP ranks) and ``n_d`` decode instances of ``s_d`` cards, with ``n_p s_p + n_d s_d`` at most
 the cluster. For each candidate:
 
-- **memory**: per card, weights (:func:`pdcalc.memory.card_weights`, MTP included when loaded),
+- **memory**: per card, weights (:func:`pdcalc.memory.card_weights`, MTP included when loaded; with
+  ``measured_weights``, an engine's logged figure where one exists for the exact layout, :func:`weights_log`),
   activations and framework overhead against ``utilization`` x the card's memory; what is left on a D card
   holds KV cache, sequences of ``prompt + output`` tokens (:func:`pdcalc.kv_cache.kv_bytes`, or a constant
   per-token figure), the cache of a DP rank kept whole on each of its TP cards;
@@ -158,12 +159,14 @@ class Setup:
     use_all_cards: bool = False               # only splits that use the whole cluster
     decode_grid: int = 48                     # batch sizes the decode step is computed at per layout
     step_kwargs: dict = field(default_factory=dict)  # extra keyword arguments for throughput.step
+    measured_weights: bool = False            # size weights from a logged figure where one matches the layout
 
     def __post_init__(self):
         put = object.__setattr__
         put(self, "cards", integer("cards", self.cards, low=2, high=MAX_CARDS))
         put(self, "mtp", boolean("mtp", self.mtp))
         put(self, "use_all_cards", boolean("use_all_cards", self.use_all_cards))
+        put(self, "measured_weights", boolean("measured_weights", self.measured_weights))
         for name in ("utilization", "mfu", "mbu", "comm_eff"):
             put(self, name, fraction(name, getattr(self, name)))
         if text("base", self.base) not in ("visible", "installed"):
@@ -236,6 +239,28 @@ def _usable(setup: Setup) -> float:
     return setup.utilization * (c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes)
 
 
+def weights_log(setup: Setup, size: int, tp: int):
+    """The logged per-card weights that size a layout of ``size`` cards with TP ``tp`` under ``setup``
+    (:func:`pdcalc.measurements.logged_weights` of the weights model and scheme), or ``None``: with
+    ``measured_weights`` off, or where no log matches that exact layout."""
+    if not setup.measured_weights:
+        return None
+    from pdcalc.measurements import logged_weights
+
+    return logged_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=tp,
+                          mtp=setup.mtp)
+
+
+def layout_weights(setup: Setup, size: int, tp: int) -> float:
+    """Weight bytes on one card of a layout of ``size`` cards with TP ``tp``: the logged figure where
+    :func:`weights_log` finds one, else :func:`pdcalc.memory.card_weights` (MTP included when loaded)."""
+    log = weights_log(setup, size, tp)
+    if log is not None:
+        return log.bytes
+    return card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=tp,
+                        mtp=setup.mtp).total_bytes
+
+
 def seq_kv_bytes(setup: Setup, context) -> np.ndarray | float:
     """KV bytes of one sequence at ``context`` tokens under ``setup`` (engine layout or constant)."""
     if setup.kv_bytes_per_token is not None:
@@ -286,8 +311,7 @@ def sides(setup: Setup, work: Workload) -> tuple[list[Side], list[Side]]:
         for t in setup.tp_options:
             if size % t or _tp_problem(setup, t):
                 continue
-            w = card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=t,
-                             mtp=setup.mtp).total_bytes
+            w = layout_weights(setup, size, t)
             dp = size // t
             pf = _step(setup, t, size, context=work.prompt_tokens, concurrency=dp, phase="prefill")
             p_out.append(Side("P", size, t, w, usable - w - setup.p_overhead_bytes, prefill_s=float(pf.time_s),
@@ -717,8 +741,7 @@ def card_plans(setup: Setup, work: Workload, row) -> tuple:
     out = []
     for role in ("p", "d"):
         size, tp = int(row[f"{role}_size"]), int(row[f"{role}_tp"])
-        w = card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=tp,
-                         mtp=setup.mtp).total_bytes
+        w = layout_weights(setup, size, tp)
         if role == "p":
             kv = float(seq_kv_bytes(setup, work.prompt_tokens))
             over = setup.p_overhead_bytes

@@ -1,0 +1,564 @@
+"""What to run: the P/D split to deploy for a model on a cluster, why, what it costs per card, how it
+compares with a published deployment, and the vllm-ascend launch settings that realise it.
+
+:func:`recommend` runs the planner (:func:`pdcalc.plan.plan`) under latency targets and takes its best
+feasible split: the most output tokens per second per card that meets memory, KV capacity, the
+prefill load limit, the TTFT target and the TPOT target. Beside it, a published deployment is evaluated
+under the same model: a P/D split with :func:`pdcalc.plan.evaluate_split`, a co-located layout (prefill
+and decode on the same TP x DP replicas, as the V3 article deploys) with :func:`evaluate_colocated`.
+Per card, the memory of a P and a D card (:func:`pdcalc.plan.card_plans`) uses an engine's logged weights
+where the registry has a log of that exact layout (:func:`pdcalc.measurements.logged_weights`) and
+pdcalc's inventory otherwise. :class:`Launch` turns the split into the engine's flags for each role.
+
+A deployment that does not fit, or that cannot be evaluated on the card, is a result:
+:attr:`Recommendation.reason` starts with "nothing fits:" and names the shortfall.
+
+Default targets (:func:`default_targets`) are published service levels: TPOT from the CloudMatrix384
+paper's decode "<50 ms TPOT" (registry ``cloudmatrix384-r1-decode-per-npu-tpot50``), checked against
+DeepSeek's own service speed of 20-22 tokens/s per user (``deepseek-prod-h800-decode-per-node``);
+no TTFT target, since neither the registry nor the reference notes hold a published TTFT service level.
+
+Source: the planner's model (:mod:`pdcalc.plan`, a roofline with assumed efficiencies,
+:mod:`pdcalc.throughput`), the vllm-ascend tutorial ``docs/source/tutorials/models/DeepSeek-V4-Flash.md``
+for the flags (deployments.toml ``v4-flash-910b-pd``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pdcalc import measurements
+from pdcalc import throughput as tput
+from pdcalc.deployment import get_deployment
+from pdcalc.errors import LayoutError, PdcalcError
+from pdcalc.hardware import get_card
+from pdcalc.memory import MemoryPlan, card_weights
+from pdcalc.plan import (CONSTRAINTS, Plan, Setup, Workload, card_plans, evaluate_split, plan, seq_kv_bytes,
+                         split_label, weights_log)
+from pdcalc.registry import printed_value
+from pdcalc.units import GiB
+
+#: The published deployment whose launch settings the flags follow (vllm-ascend tutorial, Atlas 800 A2).
+TUTORIAL = "v4-flash-910b-pd"
+#: KV-transfer connector and the role of each side, as the tutorial deploys them (reference notes:
+#: "MooncakeHybridConnector (P kv_producer, D kv_consumer)").
+KV_CONNECTOR = "MooncakeHybridConnector"
+KV_ROLES = {"P": "kv_producer", "D": "kv_consumer"}
+#: Registry entries the default targets come from.
+TPOT_SLO_ID = "cloudmatrix384-r1-decode-per-npu-tpot50"
+USER_SPEED_ID = "deepseek-prod-h800-decode-per-node"
+#: Output tokens as a share of the context where a workload gives only the context: an assumption
+#: (neither article gives an output length); the plan chapter's 8,192 of the V4 article's 32,768.
+OUTPUT_SHARE = 0.25
+
+
+# ------------------------------------------------------------------------------------------ targets
+@dataclass(frozen=True)
+class Targets:
+    """Latency targets and where they come from (``None``: no target)."""
+
+    ttft_s: float | None
+    tpot_s: float | None
+    ttft_source: str
+    tpot_source: str
+
+
+def _number_before(pattern: str, text: str | None, what: str) -> float:
+    m = re.search(pattern, text or "")
+    if not m:
+        raise LayoutError(f"the registry no longer states {what} in the expected form: {text!r}")
+    return float(m.group(1))
+
+
+def default_targets() -> Targets:
+    """The published service levels used as default targets.
+
+    TPOT: CloudMatrix384 decodes DeepSeek-R1 "(<50 ms TPOT)" (its ``workload`` field), and DeepSeek's
+    own service decodes at "20-22 tokens/s per user", one token every :math:`1/20` s at the slower end;
+    the stricter of the two. TTFT: none published, so none.
+    """
+    cm = measurements.get(TPOT_SLO_ID)
+    ds = measurements.get(USER_SPEED_ID)
+    cm_s = _number_before(r"TPOT\s*<\s*(\d+(?:\.\d+)?)\s*ms", cm.workload, "a TPOT bound") / 1e3
+    speed = re.search(r"(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*tokens/s per user", ds.workload or "")
+    if not speed:
+        raise LayoutError(f"the registry no longer states a per-user speed in the expected form: {ds.workload!r}")
+    slow, fast = float(speed.group(1)), float(speed.group(2))
+    ds_s = 1 / slow
+    tpot = min(cm_s, ds_s)
+    tpot_src = (f"CloudMatrix384 serves DeepSeek-R1 decode at TPOT < {cm_s * 1e3:g} ms (arXiv 2506.12708, "
+                f"abstract; registry {cm.id}); DeepSeek's own service decodes at {slow:g}-{fast:g} tokens/s per "
+                f"user, one token every {ds_s * 1e3:g} ms at the slower end (open-infra-index, day 6; registry "
+                f"{ds.id})")
+    ttft_src = ("none: neither the measurements registry nor the reference notes hold a published TTFT service "
+                "level (the registry's only TTFT is a measurement of Qwen3-8B at concurrency 1), so the prefill "
+                "side is held only by the planner's load limit")
+    return Targets(ttft_s=None, tpot_s=tpot, ttft_source=ttft_src, tpot_source=tpot_src)
+
+
+# ------------------------------------------------------------------------------------------ published layouts
+@dataclass(frozen=True, kw_only=True)
+class PDSplit:
+    """A published P/D disaggregated split."""
+
+    label: str
+    model: str                # the model preset it deploys
+    source: str
+    p_instances: int
+    p_size: int
+    p_tp: int
+    d_instances: int
+    d_size: int
+    d_tp: int
+
+    @property
+    def cards(self) -> int:
+        return self.p_instances * self.p_size + self.d_instances * self.d_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class Colocated:
+    """A published co-located layout: ``dp`` replicas of ``tp`` cards serving prefill and decode alike;
+    ``ep`` the EP group in cards (``None``: each replica holds every expert, split ``tp`` ways)."""
+
+    label: str
+    model: str
+    source: str
+    tp: int
+    dp: int
+    ep: int | None = None
+
+    @property
+    def cards(self) -> int:
+        return self.tp * self.dp
+
+
+def v4_article_split() -> PDSplit:
+    """The V4 article's "4 x 1P + 1 x 4D" on 64 cards, as the vllm-ascend tutorial launches it."""
+    d = get_deployment(TUTORIAL)
+    row = {"p_instances": d["prefill_instances"], "p_size": d["prefill_dp"] * d["prefill_tp"], "p_tp": d["prefill_tp"],
+           "d_instances": d["decode_instances"], "d_size": d["decode_dp"] * d["decode_tp"], "d_tp": d["decode_tp"]}
+    return PDSplit(label=split_label(row), model=d["model"], source=f"{d['label']}; {d['source']}", **row)
+
+
+def v3_article_layout() -> Colocated:
+    """The V3 article's TP=8 x DP=4 on 32 cards (§2.2.4, §2.2.7): replicas without expert parallelism."""
+    tp, dp = int(printed_value("v3-2.2.4-tp8")), int(printed_value("v3-2.2.7-dp4"))
+    return Colocated(label=f"TP{tp} x DP{dp}, co-located", model="deepseek-v3", tp=tp, dp=dp,
+                     source=f"V3 article §2.2.4 and §2.2.7 (TP={tp} + DP={dp}, {tp * dp} cards, experts in every "
+                            "replica)")
+
+
+def published_for(model) -> PDSplit | Colocated | None:
+    """The audited article's deployment of ``model`` (V4-Flash: the V4 article's split; V3: the V3
+    article's layout), or ``None`` for another model."""
+    return {"deepseek-v4-flash": v4_article_split, "deepseek-v3": v3_article_layout}.get(str(model), lambda: None)()
+
+
+def article_workload(model) -> dict:
+    """The workload the audited article sizes its deployment for: ``prompt_tokens``, ``output_tokens``,
+    ``concurrency``. V4: scenario B's context (§6.3) and the tutorial's D ``--max-num-seqs`` per DP rank x
+    its D ``--data-parallel-size``; V3: the target's context and concurrency (§1.2). The output is
+    :data:`OUTPUT_SHARE` of the context (an assumption)."""
+    if str(model) == "deepseek-v3":
+        ctx, conc = int(printed_value("v3-1.2-target-context")), int(printed_value("v3-1.2-target-concurrency"))
+    else:
+        d = get_deployment(TUTORIAL)
+        ctx, conc = int(printed_value("v4-6.3-b-ctx")), int(d["decode_max_num_seqs"] * d["decode_dp"])
+    out = int(round(OUTPUT_SHARE * ctx))
+    return {"prompt_tokens": ctx - out, "output_tokens": out, "concurrency": conc}
+
+
+def article_setup(model) -> dict:
+    """How the audited article runs ``model``, as :func:`recommend` arguments: ``cards``, ``quant``,
+    ``mtp``, ``tp_options``. V4-Flash: the tutorial's 64 cards, W8A8 checkpoint with MTP, TP 1 on both
+    sides. V3: the article's 32 cards, no MTP (the article loads none), TP degrees up to its TP=8; W8A8
+    (the Ascend checkpoint, as the V3 throughput chapter), since the article's BF16 weights do not fit."""
+    if str(model) == "deepseek-v3":
+        layout = v3_article_layout()
+        return {"cards": layout.cards, "quant": "w8a8", "mtp": False,
+                "tp_options": tuple(2 ** k for k in range(int(math.log2(layout.tp)) + 1))}
+    d = get_deployment(TUTORIAL)
+    return {"cards": int(d["servers"] * d["cards_per_server"]), "quant": d["quant"],
+            "mtp": d["mtp_speculative_tokens"] > 0, "tp_options": tuple(sorted({d["prefill_tp"], d["decode_tp"]}))}
+
+
+def _colocated_weights(setup: Setup, layout: Colocated) -> float:
+    if layout.ep:
+        return card_weights(setup.model, setup.quant, ep=layout.ep, tp=layout.tp, mtp=setup.mtp).total_bytes
+    w = card_weights(setup.model, setup.quant, ep=1, tp=layout.tp, mtp=setup.mtp)
+    return w.class_ii_bytes + w.class_i_bytes / layout.tp     # every expert, split tp ways (pdcalc.throughput)
+
+
+def evaluate_colocated(setup: Setup, work: Workload, layout: Colocated) -> pd.Series:
+    """A co-located layout under the planner's model, in the planner's columns.
+
+    Per replica of ``tp`` cards: weights (:func:`_colocated_weights`), the KV cache of its share of the
+    sequences (whole on each TP card) and the D overhead against the usable memory; TPOT the decode step
+    of the sequences at context ``prompt + output / 2``; TTFT the prefill of one prompt per replica under
+    M/M/1 queueing at the load the request rate puts on the replicas (no KV transfer). Decode stalls while
+    a replica prefills are not counted, which flatters co-location.
+    """
+    c = get_card(setup.card)
+    base = c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes
+    usable = setup.utilization * base
+    w = _colocated_weights(setup, layout)
+    kw = {"quant": setup.quant, "mfu": setup.mfu, "mbu": setup.mbu, "comm_eff": setup.comm_eff, **setup.step_kwargs}
+
+    def tpot_at(s):
+        return float(tput.step(setup.model, setup.card, tp=layout.tp, dp=layout.dp, ep=layout.ep,
+                               context=work.prompt_tokens + work.output_tokens / 2, concurrency=max(s, 1.0),
+                               phase="decode", **kw).time_s)
+
+    if work.concurrency is not None:
+        conc = float(work.concurrency)
+        tpot = tpot_at(conc)
+        rate = conc / (work.output_tokens * tpot)
+    else:
+        rate = work.rate_per_s
+        conc = rate * work.output_tokens * tpot_at(1.0)
+        for _ in range(60):                          # Little's law, as the planner
+            conc = rate * work.output_tokens * tpot_at(conc)
+        tpot = tpot_at(conc)
+    pf = float(tput.step(setup.model, setup.card, tp=layout.tp, dp=layout.dp, ep=layout.ep,
+                         context=work.prompt_tokens, concurrency=layout.dp, phase="prefill", **kw).time_s)
+    load = rate / (layout.dp / pf)
+    ttft = pf / (1 - load) if load < 1 else math.inf
+    kv = conc / layout.dp * float(seq_kv_bytes(setup, work.prompt_tokens + work.output_tokens))
+    room = usable - w - setup.d_overhead_bytes
+    slack = {"memory": (room - kv) / usable, "prefill load": 1 - load / setup.max_load,
+             "TTFT": 1 - ttft / work.ttft_s if work.ttft_s else math.inf,
+             "TPOT": 1 - tpot / work.tpot_s if work.tpot_s else math.inf}
+    fails = [k for k, v in slack.items() if v < 0]
+    out_tok = conc / tpot
+    return pd.Series({
+        "cards": layout.cards, "weights_gib": w / GiB, "kv_gib": kv / GiB, "room_gib": room / GiB,
+        "concurrency": conc, "prefill_s": pf, "prefill_load": load, "ttft_s": ttft, "tpot_s": tpot,
+        "output_tokens_per_s": out_tok, "tokens_per_s_per_card": out_tok / layout.cards,
+        "feasible": not fails, "binding": fails[0] if fails else min(slack, key=slack.get),
+        **{f"slack: {k}": v for k, v in slack.items()}})
+
+
+# ------------------------------------------------------------------------------------------ launch settings
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """The vllm-ascend settings of one role (every instance of the role runs the same).
+
+    ``data_parallel_size`` and ``tensor_parallel_size`` per instance, so that ``instances x dp x tp`` is
+    the role's cards; ``--enable-expert-parallel`` makes the EP group ``dp x tp`` (the instance).
+    ``max_num_seqs`` and ``max_num_batched_tokens`` are per DP rank."""
+
+    role: str                        # "P" or "D"
+    instances: int
+    data_parallel_size: int
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    speculative_tokens: int          # MTP draft tokens per step (0: no MTP)
+    cards_per_node: int
+    kv_connector: str = KV_CONNECTOR
+
+    @property
+    def kv_role(self) -> str:
+        return KV_ROLES[self.role]
+
+    @property
+    def expert_parallel_size(self) -> int:
+        return self.data_parallel_size * self.tensor_parallel_size
+
+    @property
+    def cards(self) -> int:
+        return self.instances * self.expert_parallel_size
+
+    @property
+    def nodes_per_instance(self) -> int:
+        return math.ceil(self.expert_parallel_size / self.cards_per_node)
+
+    @property
+    def dp_size_local(self) -> int:
+        """DP ranks on one node (the tutorial's ``--dp-size-local``)."""
+        return max(1, min(self.data_parallel_size, self.cards_per_node // self.tensor_parallel_size))
+
+
+def _launches(setup: Setup, work: Workload, row, p_room_bytes: float, speculative_tokens: int,
+              cards_per_node: int) -> tuple[Launch, Launch]:
+    """The P and D settings that realise a split (a row of the plan)."""
+    ctx = work.prompt_tokens + work.output_tokens
+    d_dp = int(row["d_size"]) // int(row["d_tp"])
+    d_seqs = max(1, math.ceil(float(row["concurrency"]) / (int(row["d_instances"]) * d_dp) - 1e-9))
+    p_seqs = max(1, int(p_room_bytes // float(seq_kv_bytes(setup, work.prompt_tokens))))
+    common = {"gpu_memory_utilization": setup.utilization, "max_model_len": ctx, "cards_per_node": cards_per_node,
+              "speculative_tokens": speculative_tokens}
+    p = Launch(role="P", instances=int(row["p_instances"]), data_parallel_size=int(row["p_size"]) // int(row["p_tp"]),
+               tensor_parallel_size=int(row["p_tp"]), max_num_seqs=p_seqs,
+               max_num_batched_tokens=work.prompt_tokens, **common)
+    d = Launch(role="D", instances=int(row["d_instances"]), data_parallel_size=d_dp,
+               tensor_parallel_size=int(row["d_tp"]), max_num_seqs=d_seqs,
+               max_num_batched_tokens=d_seqs * (1 + speculative_tokens), **common)
+    return p, d
+
+
+def launch_script(p: Launch, d: Launch, model_path: str = "$MODEL_PATH") -> str:
+    """The flags of both roles as shell commands (ASCII only, to copy): one ``vllm serve`` per role, run on
+    every DP rank of every instance of it, with the tutorial's ``launch_online_dp.py`` line that starts the
+    ranks of one node."""
+    extra = {"prefill": {"dp_size": p.data_parallel_size, "tp_size": p.tensor_parallel_size},
+             "decode": {"dp_size": d.data_parallel_size, "tp_size": d.tensor_parallel_size}}
+    lines = []
+    for x in (p, d):
+        kv = {"kv_connector": x.kv_connector, "kv_role": x.kv_role, "kv_connector_extra_config": extra}
+        lines += [
+            f"# {x.role}: {x.instances} instance{'s' if x.instances > 1 else ''} x {x.expert_parallel_size} cards "
+            f"({x.nodes_per_instance} node{'s' if x.nodes_per_instance > 1 else ''} each), EP group "
+            f"{x.expert_parallel_size} = DP {x.data_parallel_size} x TP {x.tensor_parallel_size}",
+            f"# start the ranks of each node: python launch_online_dp.py --dp-size {x.data_parallel_size} "
+            f"--tp-size {x.tensor_parallel_size} --dp-size-local {x.dp_size_local} --dp-rank-start <first rank on "
+            f"the node> --dp-address <instance head IP>",
+            f"vllm serve {model_path} \\",
+            f"  --data-parallel-size {x.data_parallel_size} \\",
+            f"  --tensor-parallel-size {x.tensor_parallel_size} \\",
+            "  --enable-expert-parallel \\",
+            f"  --gpu-memory-utilization {x.gpu_memory_utilization:g} \\",
+            f"  --max-model-len {x.max_model_len} \\",
+            f"  --max-num-seqs {x.max_num_seqs} \\",
+            f"  --max-num-batched-tokens {x.max_num_batched_tokens} \\",
+        ]
+        if x.speculative_tokens:
+            spec = {"num_speculative_tokens": x.speculative_tokens, "method": "mtp"}
+            lines.append(f"  --speculative-config '{json.dumps(spec)}' \\")
+        lines += [f"  --kv-transfer-config '{json.dumps(kv)}'", ""]
+    lines.append("# plus the tutorial's per-rank and model flags (--data-parallel-rank/-address/-rpc-port, "
+                 "--quantization ascend, --block-size, parsers, kv_port and engine_id per instance)")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ the recommendation
+@dataclass(frozen=True, eq=False)
+class Recommendation:
+    """The result of :func:`recommend`.
+
+    ``best``: the recommended split (a row of :attr:`Plan.candidates`), ``None`` when nothing fits;
+    ``reason``: "" when something fits, else one line starting "nothing fits:";
+    ``published`` / ``published_row`` / ``published_note``: the compared deployment, its evaluation
+    under the same model (``None`` when it cannot be evaluated) and a line on how it was evaluated or why
+    not; ``p_card`` / ``d_card``: memory of one card of each side; ``weights_logs``: per role, the
+    :class:`pdcalc.measurements.LoggedWeights` that sized it, or ``None`` (pdcalc's inventory);
+    ``launch``: the P and D settings."""
+
+    setup: Setup
+    workload: Workload
+    targets: Targets
+    plan: Plan | None
+    best: pd.Series | None
+    reason: str
+    published: PDSplit | Colocated | None
+    published_row: pd.Series | None
+    published_note: str
+    p_card: MemoryPlan | None = None
+    d_card: MemoryPlan | None = None
+    weights_logs: dict | None = None
+    launch: tuple[Launch, Launch] | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.best is not None
+
+    @property
+    def label(self) -> str:
+        return split_label(self.best) if self.fits else "nothing fits"
+
+    @property
+    def feasible(self) -> int:
+        """How many evaluated splits meet every constraint."""
+        return 0 if self.plan is None else len(self.plan.ranked)
+
+    @property
+    def binding(self) -> str:
+        return str(self.best["binding"]) if self.fits else ""
+
+    @property
+    def slack(self) -> float:
+        """Relative slack of the binding constraint (0: at the limit)."""
+        return float(self.best[f"slack: {self.binding}"]) if self.fits else math.nan
+
+    def why(self) -> str:
+        """One sentence: why this split (or the shortfall when nothing fits)."""
+        if not self.fits:
+            return self.reason
+        n = self.feasible
+        return (f"{self.label} gives the most output tokens per second per card of the {n:,} feasible "
+                f"split{'s' if n > 1 else ''} evaluated; what limits it first is {_what(self.binding)}, "
+                f"{self.slack:.0%} from its limit.")
+
+    def comparison(self) -> pd.DataFrame:
+        """The recommended and the published deployment side by side, in the units a reader reads."""
+        rows = []
+        if self.fits:
+            rows.append(_row("recommended: " + self.label, self.best, pd_split=True))
+        if self.published_row is not None:
+            rows.append(_row(f"article: {self.published.label}", self.published_row,
+                             pd_split=isinstance(self.published, PDSplit)))
+        df = pd.DataFrame(rows, columns=["deployment", "cards used", "TTFT (ms)", "TPOT (ms)", "output tokens/s",
+                                         "tokens/s per card", "meets every constraint", "limited by"])
+        for col in ("TTFT (ms)", "TPOT (ms)"):
+            if not np.isfinite(df[col].to_numpy(dtype=float)).all():
+                df[col] = [v if math.isfinite(v) else "unbounded (prefill saturated)" for v in df[col]]
+        return df
+
+    def memory(self) -> pd.DataFrame:
+        """One P card and one D card of the recommended split, in GiB (empty when nothing fits)."""
+        if not self.fits:
+            return pd.DataFrame()
+        names = {"weights": "weights", "kv_cache": "KV cache in use", "overhead": "activations and framework"}
+        rows = {}
+        for col, plan_ in (("P card (GiB)", self.p_card), ("D card (GiB)", self.d_card)):
+            vals = {names[k]: v / GiB for k, v in plan_.parts.items()}
+            vals["headroom"] = plan_.free_bytes / GiB
+            vals["usable (utilization x visible memory)"] = plan_.usable_bytes / GiB
+            rows[col] = vals
+        df = pd.DataFrame(rows)
+        df.index.name = "per card"
+        return df.reset_index()
+
+    def limits(self) -> pd.DataFrame:
+        """Every constraint of the recommended split with its relative slack, the tightest first."""
+        if not self.fits:
+            return pd.DataFrame()
+        rows = [{"constraint": k, "slack (%)": 100 * float(self.best[f"slack: {k}"]), "what it is": _what(k)}
+                for k in CONSTRAINTS if math.isfinite(float(self.best[f"slack: {k}"]))]
+        return pd.DataFrame(rows).sort_values("slack (%)", kind="stable").reset_index(drop=True)
+
+    def weights_note(self) -> str:
+        """Where each side's weights come from."""
+        if not self.fits:
+            return ""
+        parts = []
+        for role in ("P", "D"):
+            log = self.weights_logs.get(role)
+            parts.append(f"{role} weights are the engine's logged {log.bytes / GiB:.2f} GiB per card "
+                         f"(registry {log.id})" if log else f"{role} weights are pdcalc's (no log of that layout)")
+        return "; ".join(parts)
+
+    def script(self, model_path: str = "$MODEL_PATH") -> str:
+        """The launch settings as shell lines (:func:`launch_script`), or the reason when nothing fits."""
+        return launch_script(*self.launch, model_path) if self.fits else f"# {self.reason}"
+
+
+_WHAT = {"P memory": "the memory of a P card", "D memory": "the memory of a D card",
+         "KV capacity": "the KV cache the D side holds", "prefill load": "the load on the prefill side",
+         "TTFT": "the TTFT target", "TPOT": "the TPOT target", "memory": "the memory of a card"}
+
+
+def _what(constraint: str) -> str:
+    return _WHAT.get(constraint, constraint)
+
+
+def _row(name: str, r, *, pd_split: bool) -> dict:
+    return {"deployment": name, "cards used": int(r["cards"]), "TTFT (ms)": 1e3 * float(r["ttft_s"]),
+            "TPOT (ms)": 1e3 * float(r["tpot_s"]), "output tokens/s": float(r["output_tokens_per_s"]),
+            "tokens/s per card": float(r["tokens_per_s_per_card"]), "meets every constraint": bool(r["feasible"]),
+            "limited by": str(r["binding"])}
+
+
+_DEFAULT = object()
+
+
+def recommend(model="deepseek-v4-flash", quant: str = "w8a8", card="ascend-910b2", cards: int = 64, *,
+              prompt_tokens: int, output_tokens: int, concurrency: int | None = None,
+              rate_per_s: float | None = None, ttft_s=_DEFAULT, tpot_s=_DEFAULT, mtp: bool = True,
+              utilization: float = 0.9, tp_options=(1,), measured_weights: bool = True,
+              published=_DEFAULT, speculative_tokens: int | None = None, cards_per_node: int | None = None,
+              **setup_kw) -> Recommendation:
+    """The P/D split to run, why, its memory per card, the published deployment beside it and its flags.
+
+    Parameters
+    ----------
+    model, quant, card, cards
+        Model preset (or config.json), checkpoint scheme, card preset (or hardware TOML), cluster size.
+    prompt_tokens, output_tokens, concurrency, rate_per_s
+        The workload (:class:`pdcalc.plan.Workload`: one of ``concurrency`` and ``rate_per_s``).
+    ttft_s, tpot_s
+        Latency targets in seconds; omitted: :func:`default_targets`; ``None``: no target.
+    mtp, utilization, tp_options, **setup_kw
+        :class:`pdcalc.plan.Setup` fields.
+    measured_weights
+        Size a layout's weights from an engine's log where the registry has one for it.
+    published
+        The deployment to compare with (:class:`PDSplit` or :class:`Colocated`); omitted:
+        :func:`published_for` the model; ``None``: none.
+    speculative_tokens, cards_per_node
+        MTP draft tokens per step and cards per node for the flags; omitted: the tutorial's (MTP only
+        when ``mtp``).
+
+    Returns
+    -------
+    Recommendation
+        Invalid inputs raise :class:`pdcalc.checks.InputError`; a deployment that does not fit, or a card
+        the model cannot be evaluated on, is a result (``reason``).
+    """
+    defaults = default_targets()
+    targets = Targets(ttft_s=defaults.ttft_s if ttft_s is _DEFAULT else ttft_s,
+                      tpot_s=defaults.tpot_s if tpot_s is _DEFAULT else tpot_s,
+                      ttft_source=defaults.ttft_source if ttft_s is _DEFAULT else "given",
+                      tpot_source=defaults.tpot_source if tpot_s is _DEFAULT else "given")
+    work = Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=concurrency,
+                    rate_per_s=rate_per_s, ttft_s=targets.ttft_s, tpot_s=targets.tpot_s)
+    setup = Setup(model=model, quant=quant, card=card, cards=cards, mtp=mtp, utilization=utilization,
+                  tp_options=tuple(tp_options), measured_weights=measured_weights, **setup_kw)
+    tutorial = get_deployment(TUTORIAL)
+    spec = (int(tutorial["mtp_speculative_tokens"]) if mtp else 0) if speculative_tokens is None else speculative_tokens
+    per_node = int(tutorial["cards_per_server"]) if cards_per_node is None else cards_per_node
+    pub = published_for(model) if published is _DEFAULT else published
+    try:
+        result = plan(setup, work)
+    except PdcalcError as exc:          # e.g. a card without the FLOP/s of the checkpoint's compute dtype
+        return Recommendation(setup, work, targets, None, None, f"nothing fits: it cannot be evaluated: {exc}",
+                              pub, None, "not evaluated: the model cannot be evaluated on this card")
+    pub_row, pub_note = _published(setup, work, pub)
+    best = result.best
+    if best is None:
+        return Recommendation(setup, work, targets, result, None, result.reason, pub, pub_row, pub_note)
+    p_card, d_card = card_plans(setup, work, best)
+    logs = {"P": weights_log(setup, int(best["p_size"]), int(best["p_tp"])),
+            "D": weights_log(setup, int(best["d_size"]), int(best["d_tp"]))}
+    p_room = p_card.usable_bytes - p_card.parts["weights"] - p_card.parts["overhead"]
+    launch = _launches(setup, work, best, p_room, spec, per_node)
+    return Recommendation(setup, work, targets, result, best, "", pub, pub_row, pub_note, p_card, d_card, logs, launch)
+
+
+def _published(setup: Setup, work: Workload, pub) -> tuple[pd.Series | None, str]:
+    """The published deployment evaluated under ``setup``, and a line on how (or why not)."""
+    if pub is None:
+        return None, "no published deployment to compare with"
+    if str(setup.model) != pub.model:
+        return None, f"not compared: the article deploys {pub.model}, not {setup.model}"
+    if pub.cards > setup.cards:
+        return None, (f"not compared: the article's {pub.label} needs {pub.cards:,} cards, the cluster has "
+                      f"{setup.cards:,}")
+    try:
+        if isinstance(pub, PDSplit):
+            row = evaluate_split(setup, work, p_instances=pub.p_instances, p_size=pub.p_size, p_tp=pub.p_tp,
+                                 d_instances=pub.d_instances, d_size=pub.d_size, d_tp=pub.d_tp)
+            return row, "evaluated with the planner's model (pdcalc.plan.evaluate_split)"
+        row = evaluate_colocated(setup, work, pub)
+    except PdcalcError as exc:
+        return None, f"not compared: {exc}"
+    note = ("evaluated with the same step model (the planner cuts P/D splits only, so this co-located layout is "
+            "evaluated by pdcalc.recommend.evaluate_colocated, without the stalls prefill causes in decode)")
+    if row["slack: memory"] < 0:
+        short = -row["slack: memory"] * setup.utilization * _base(setup)
+        note += f"; it does not fit: a card is short by {short / GiB:,.1f} GiB"
+    return row, note
+
+
+def _base(setup: Setup) -> float:
+    c = get_card(setup.card)
+    return c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes
