@@ -94,12 +94,18 @@ def _cell(lines: int = 0, output: str = "", tags: tuple[str, ...] = (), hidden_o
     return f'<div class="{classes}">{src}{out}</div>'
 
 
+def _frame(rows: int, columns: int):
+    import pandas as pd
+
+    return pd.DataFrame([[123456.789 * (r + 1) + c for c in range(columns)] for r in range(rows)],
+                        columns=[f"bytes_{c}" for c in range(columns)])
+
+
 def _frame_html(rows: int, columns: int, **options) -> str:
     """Real pandas HTML output (a DataFrame's text/html) under the given display options."""
     import pandas as pd
 
-    df = pd.DataFrame([[123456.789 * (r + 1) + c for c in range(columns)] for r in range(rows)],
-                      columns=[f"bytes_{c}" for c in range(columns)])
+    df = _frame(rows, columns)
     # pandas's defaults, pinned, then the page's own options
     settings = {"display.max_rows": 60, "display.max_columns": 20, "display.show_dimensions": "truncate"}
     settings |= {f"display.{name}": value for name, value in options.items()}
@@ -110,6 +116,8 @@ def _frame_html(rows: int, columns: int, **options) -> str:
 @pytest.fixture(scope="module")
 def layout_site(tmp_path_factory) -> dict[str, Path]:
     """Book-like pages for the page rules: ``good`` keeps every rule, ``bad`` one page per breach."""
+    from pdcalc import display
+
     prose = "\n".join([PROSE] * 40)  # several thousand px of text
     long_prose = "\n".join([PROSE] * 120)
     wide = _frame_html(3, 24, max_columns=None)  # about 24 x 100 px of unbreakable numbers: far wider than 784 px
@@ -117,9 +125,11 @@ def layout_site(tmp_path_factory) -> dict[str, Path]:
     small = _frame_html(3, 3)
     pages = {
         "good": {
+            # A chapter's own scroll container, the one pdcalc.display puts every table in, and the
+            # cell tag scroll-output.
             "scroll-container.html": _book_page(
-                prose, _cell(output=f'<div class="pdcalc-scroll" style="overflow-x: auto">{wide}</div>',
-                             tags=("remove-input",)),
+                prose, _cell(output=f'<div style="overflow-x: auto">{wide}</div>', tags=("remove-input",)),
+                _cell(output=display.table_html(_frame(3, 24)), tags=("remove-input",)),
                 _cell(output=wide, tags=("remove-input", "scroll-output")),
             ),
             # Its input alone is more than 3 % of the page: it counts only because of the tag
@@ -305,6 +315,7 @@ def test_pages_that_keep_the_page_rules_pass(layout_site, capsys):
     assert (rc, problems) == (0, {})
     code, widest, column, truncated = _numbers(summaries["scroll-container.html"])
     assert column == 784 and widest > 2 * column  # wide, but each in a container that scrolls
+    assert truncated == 0 and code == 0.0
     assert _numbers(summaries["parameters-cell.html"])[0] == 0.0
     assert _numbers(summaries["hidden-code.html"])[0] == 0.0
     assert _numbers(summaries["dimensions-footer.html"])[3] == 0
