@@ -1,8 +1,8 @@
 # pdcalc: build the book, run the tests, check the built site.
 #   make book         .venv (from pyproject extras) + strict HTML build of the book
 #   make test         .venv + unit tests + every chapter re-executed and compared (nbval)
-#   make check-site   headless Chromium opens every page of _build/html (charts drawn, no
-#                     request outside the site, no error output)
+#   make check-site   headless Chromium opens every page of _build/html (charts drawn, no request
+#                     outside the site, no error output, no truncated or too-wide table, code <= 3 %)
 #   make refresh      re-execute the committed chapters in place (outputs to commit)
 #   make bench        wall times: unit tests, nbval, strict build, chapters, plan at 8,192 cards
 #   make lock         re-resolve requirements-lock.txt from pyproject.toml (then `make refresh`)
