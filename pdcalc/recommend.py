@@ -93,12 +93,12 @@ def default_targets() -> Targets:
     ds_s = 1 / slow
     tpot = min(cm_s, ds_s)
     tpot_src = (f"CloudMatrix384 serves DeepSeek-R1 decode at TPOT < {cm_s * 1e3:g} ms (arXiv 2506.12708, "
-                f"abstract; registry {cm.id}); DeepSeek's own service decodes at {slow:g}-{fast:g} tokens/s per "
-                f"user, one token every {ds_s * 1e3:g} ms at the slower end (open-infra-index, day 6; registry "
-                f"{ds.id})")
-    ttft_src = ("none: neither the measurements registry nor the reference notes hold a published TTFT service "
-                "level (the registry's only TTFT is a measurement of Qwen3-8B at concurrency 1), so the prefill "
-                "side is held only by the planner's load limit")
+                f"abstract; registry {cm.id}), and DeepSeek's own service decodes at {slow:g}-{fast:g} tokens/s "
+                f"per user, one token every {ds_s * 1e3:g} ms at the slower end (open-infra-index, day 6; "
+                f"registry {ds.id})")
+    ttft_src = ("neither the measurements registry nor the reference notes hold a published TTFT service level "
+                "(the registry's only TTFT is a measurement of Qwen3-8B at concurrency 1), so the prefill side is "
+                "held only by the planner's load limit")
     return Targets(ttft_s=None, tpot_s=tpot, ttft_source=ttft_src, tpot_source=tpot_src)
 
 
@@ -187,6 +187,18 @@ def article_setup(model) -> dict:
     d = get_deployment(TUTORIAL)
     return {"cards": int(d["servers"] * d["cards_per_server"]), "quant": d["quant"],
             "mtp": d["mtp_speculative_tokens"] > 0, "tp_options": tuple(sorted({d["prefill_tp"], d["decode_tp"]}))}
+
+
+def workload(*, context: int | None = None, output_tokens: int, concurrency: int | None = None,
+             rate_per_s: float | None = None) -> dict:
+    """:func:`recommend` workload arguments from a chapter's inputs: ``context`` (prompt + output tokens;
+    ``None``: the V4 article's scenario B) and a concurrency or a rate (neither: the tutorial's D
+    sequences, as :func:`article_workload`)."""
+    art = article_workload("deepseek-v4-flash")
+    ctx = art["prompt_tokens"] + art["output_tokens"] if context is None else context
+    load = {"rate_per_s": rate_per_s} if rate_per_s is not None else {
+        "concurrency": art["concurrency"] if concurrency is None else concurrency}
+    return {"prompt_tokens": ctx - output_tokens, "output_tokens": output_tokens, **load}
 
 
 def _colocated_weights(setup: Setup, layout: Colocated) -> float:
@@ -368,6 +380,18 @@ class Recommendation:
     launch: tuple[Launch, Launch] | None = None
 
     @property
+    def published_issue(self) -> str:
+        """What the published deployment fails on under the same model ("" when it meets every constraint
+        or was not evaluated)."""
+        a = self.published_row
+        if a is None or a["feasible"]:
+            return ""
+        if a["binding"] == "memory":
+            short = -float(a["slack: memory"]) * self.setup.utilization * _base(self.setup)
+            return f"does not fit: a card is short by {short / GiB:,.1f} GiB"
+        return f"fails on {_what(str(a['binding']))}"
+
+    @property
     def fits(self) -> bool:
         return self.best is not None
 
@@ -398,6 +422,76 @@ class Recommendation:
                 f"split{'s' if n > 1 else ''} evaluated; what limits it first is {_what(self.binding)}, "
                 f"{self.slack:.0%} from its limit.")
 
+    def targets_note(self) -> str:
+        """The targets and where each comes from."""
+        t = self.targets
+        tpot = f"TPOT at most {_ms(t.tpot_s)}" if t.tpot_s else "no TPOT target"
+        ttft = f"TTFT at most {_ms(t.ttft_s)}" if t.ttft_s else "no TTFT target"
+        return f"{tpot}: {t.tpot_source}. {ttft}: {t.ttft_source}."
+
+    def setting(self) -> str:
+        """The model, checkpoint and cluster in words."""
+        s = self.setup
+        return f"{s.model}, {s.quant}{' with MTP' if s.mtp else ''}, on {s.cards:,} x {get_card(s.card).label}"
+
+    def condition(self) -> str:
+        """The workload and the targets in words."""
+        w, t = self.workload, self.targets
+        load = (f"{w.concurrency:,} sequences in flight" if w.concurrency is not None
+                else f"{w.rate_per_s:g} requests per second")
+        tpot = f"TPOT at most {_ms(t.tpot_s)}" if t.tpot_s else "no TPOT target"
+        ttft = f"TTFT at most {_ms(t.ttft_s)}" if t.ttft_s else "no TTFT target"
+        return f"{load} of {w.prompt_tokens:,} prompt and {w.output_tokens:,} output tokens, {tpot}, {ttft}"
+
+    def headline(self) -> str:
+        """The answer in one sentence: the split, its throughput per card and latencies, the article's."""
+        if not self.fits:
+            return self.reason
+        b, s = self.best, self.setup
+        used = (f"all {s.cards:,} cards" if int(b["cards"]) == s.cards
+                else f"{int(b['cards']):,} of the {s.cards:,} cards")
+        text = (f"run {self.label} on {used}: {b['tokens_per_s_per_card']:,.0f} output tokens/s per card, TPOT "
+                f"{_ms(b['tpot_s'])}, TTFT {_ms(b['ttft_s'])}")
+        a = self.published_row
+        if a is not None:
+            text += (f"; the article's {self.published.label} on {int(a['cards']):,} cards gives "
+                     f"{a['tokens_per_s_per_card']:,.0f} per card under the same model"
+                     + (f" but {self.published_issue}" if self.published_issue else ""))
+        return text
+
+    def trade_off(self) -> str:
+        """The recommended split against the published one, in one or two sentences."""
+        a, b = self.published_row, self.best
+        if a is None:
+            return ""
+        if b is None:
+            return (f"The article's {self.published.label} " + (self.published_issue or "meets every constraint here")
+                    + f"; under the same model it serves {a['tokens_per_s_per_card']:,.0f} output tokens/s per card "
+                    f"at a TPOT of {_ms(a['tpot_s'])}.")
+        ratio = b["tokens_per_s_per_card"] / a["tokens_per_s_per_card"]
+        cards = int(a["cards"]) - int(b["cards"])
+        text = (f"Per card the recommended split serves {ratio:.2f} times the article's output tokens/s "
+                + (f"on {cards:,} fewer cards" if cards > 0 else f"on {-cards:,} more cards" if cards < 0
+                   else "on as many cards")
+                + f"; in all it serves {b['output_tokens_per_s'] / a['output_tokens_per_s']:.2f} times the "
+                f"article's output tokens/s, at a TPOT of {_ms(b['tpot_s'])} against {_ms(a['tpot_s'])} and a TTFT "
+                f"of {_ms(b['ttft_s'])} against {_ms(a['ttft_s'])}.")
+        if self.published_issue:
+            text += f" The article's deployment {self.published_issue}."
+        return text
+
+    def limit_note(self) -> str:
+        """The tightest constraints in one sentence (the shortfall when nothing fits)."""
+        if not self.fits:
+            return self.reason
+        lim = self.limits()
+        first = lim.iloc[0]
+        text = f"The tightest constraint is {first['what it is']}, {first['slack (%)']:.0f}% from its limit"
+        if len(lim) > 1:
+            nxt = lim.iloc[1]
+            text += f", then {nxt['what it is']} ({nxt['slack (%)']:.0f}%)"
+        return text + "; the table lists every constraint with its slack."
+
     def comparison(self) -> pd.DataFrame:
         """The recommended and the published deployment side by side, in the units a reader reads."""
         rows = []
@@ -424,7 +518,7 @@ class Recommendation:
             vals["headroom"] = plan_.free_bytes / GiB
             vals["usable (utilization x visible memory)"] = plan_.usable_bytes / GiB
             rows[col] = vals
-        df = pd.DataFrame(rows)
+        df = pd.DataFrame(rows).round(2)           # GiB to two decimals, as the engines print them
         df.index.name = "per card"
         return df.reset_index()
 
@@ -432,14 +526,14 @@ class Recommendation:
         """Every constraint of the recommended split with its relative slack, the tightest first."""
         if not self.fits:
             return pd.DataFrame()
-        rows = [{"constraint": k, "slack (%)": 100 * float(self.best[f"slack: {k}"]), "what it is": _what(k)}
+        rows = [{"constraint": k, "slack (%)": round(100 * float(self.best[f"slack: {k}"]), 1), "what it is": _what(k)}
                 for k in CONSTRAINTS if math.isfinite(float(self.best[f"slack: {k}"]))]
         return pd.DataFrame(rows).sort_values("slack (%)", kind="stable").reset_index(drop=True)
 
     def weights_note(self) -> str:
-        """Where each side's weights come from."""
+        """Where each side's weights come from (no final period)."""
         if not self.fits:
-            return ""
+            return "No card to show: nothing fits"
         parts = []
         for role in ("P", "D"):
             log = self.weights_logs.get(role)
@@ -455,6 +549,14 @@ class Recommendation:
 _WHAT = {"P memory": "the memory of a P card", "D memory": "the memory of a D card",
          "KV capacity": "the KV cache the D side holds", "prefill load": "the load on the prefill side",
          "TTFT": "the TTFT target", "TPOT": "the TPOT target", "memory": "the memory of a card"}
+
+
+def _ms(seconds) -> str:
+    """A latency as a reader reads it: ms below a second, else s; "unbounded" for a saturated prefill."""
+    if seconds is None or not math.isfinite(float(seconds)):
+        return "unbounded (prefill saturated)"
+    x = float(seconds)
+    return f"{1e3 * x:,.1f} ms" if x < 1 else f"{x:,.2f} s"
 
 
 def _what(constraint: str) -> str:
@@ -551,12 +653,8 @@ def _published(setup: Setup, work: Workload, pub) -> tuple[pd.Series | None, str
         row = evaluate_colocated(setup, work, pub)
     except PdcalcError as exc:
         return None, f"not compared: {exc}"
-    note = ("evaluated with the same step model (the planner cuts P/D splits only, so this co-located layout is "
-            "evaluated by pdcalc.recommend.evaluate_colocated, without the stalls prefill causes in decode)")
-    if row["slack: memory"] < 0:
-        short = -row["slack: memory"] * setup.utilization * _base(setup)
-        note += f"; it does not fit: a card is short by {short / GiB:,.1f} GiB"
-    return row, note
+    return row, ("evaluated with the same step model: the planner cuts P/D splits only, so this co-located layout is "
+                 "evaluated by pdcalc.recommend.evaluate_colocated, without the stalls prefill causes in decode")
 
 
 def _base(setup: Setup) -> float:
