@@ -21,6 +21,15 @@ Verdicts are computed, never typed:
     a stated assumption or fact with no recomputation;
 ``pending``
     a derived number whose recomputation is not written yet.
+
+One quantity, one verdict: a claim that prints again, in another section, a quantity already printed
+with the same value names its first occurrence in ``same_as`` and is judged by the same recomputation
+(:func:`pdcalc.registry.evaluate`); a wrong figure is wrong wherever it is printed.
+
+Every erratum carries a ``severity``, how much it moves a deployment conclusion (data, with a one-line
+``severity_reason``), on the scale of :data:`SEVERITIES`: ``major`` (changes which layout or split to
+run, or whether it fits), ``moderate`` (changes a sizing figure materially), ``minor`` (changes no
+conclusion), ``cosmetic`` (a unit label or rounding presentation).
 """
 
 from __future__ import annotations
@@ -31,9 +40,9 @@ import re
 import pandas as pd
 
 from pdcalc.errors import UnknownNameError
-from pdcalc.registry import _REGISTRY, ARTICLES, Claim, evaluate
+from pdcalc.registry import _REGISTRY, ARTICLES, Claim, defects, evaluate, severity_rank
 # the registry's public names, read through this module too
-from pdcalc.registry import VERDICTS, judge, printed_value, recomputes  # noqa: F401
+from pdcalc.registry import SEVERITIES, VERDICT_ORDER, VERDICTS, judge, printed_value, recomputes  # noqa: F401
 
 
 def _load_recomputations() -> None:
@@ -55,13 +64,25 @@ def get_claim(claim_id: str) -> Claim:
     raise UnknownNameError("claim", claim_id, [c.id for c in claims()])
 
 
+def chapter_ids(module) -> list[str]:
+    """The claims a chapter audits, in article order: those its audit module recomputes
+    (``module.CLAIM_IDS``) and every other judged claim (not ``input``) printed in the sections it covers
+    (``module.SECTIONS``), such as a repeat judged by its first occurrence's recomputation."""
+    ids = set(module.CLAIM_IDS)
+    secs = {(a, s) for a, ss in module.SECTIONS.items() for s in ss}
+    return [c.id for c in claims() if c.id in ids or ((c.article, c.section) in secs and c.verdict != "input")]
+
+
 def frame(article: str | None = None, *, sections: tuple[str, ...] | None = None,
           ids: list[str] | None = None) -> pd.DataFrame:
     """The registry as a table: ``id, article, section, quantity, article_value, article_unit,
-    recomputed_value, delta, verdict, explanation`` (plus printed, where, method).
+    recomputed_value, delta, verdict, severity, severity_reason, explanation`` (plus printed, where,
+    method, kind, same_as).
 
-    ``sections`` keeps claims whose section starts with one of the prefixes (``"5.2"`` keeps 5.2.1 ...);
-    ``ids`` keeps the listed claims. Rows stay in the order the article prints them.
+    ``severity`` is empty unless the verdict is ``erratum``; ``same_as`` names the first occurrence of
+    a quantity printed again. ``sections`` keeps claims whose section starts with one of the prefixes
+    (``"5.2"`` keeps 5.2.1 ...); ``ids`` keeps the listed claims. Rows stay in the order the article
+    prints them.
     """
     rows = []
     for c in claims(article):
@@ -73,22 +94,27 @@ def frame(article: str | None = None, *, sections: tuple[str, ...] | None = None
             "id": c.id, "article": c.article, "section": c.section, "quantity": c.quantity,
             "printed": c.printed, "article_value": c.value, "article_unit": c.unit,
             "recomputed_value": c.recomputed, "delta": c.delta, "verdict": c.verdict,
+            "severity": c.severity if c.verdict == "erratum" else "",
+            "severity_reason": c.severity_reason if c.verdict == "erratum" else "",
             "explanation": c.explanation,
-            "method": c.method, "where": c.where, "kind": c.kind,
+            "method": c.method, "where": c.where, "kind": c.kind, "same_as": c.same_as,
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+
+
+#: The columns of :func:`frame`.
+FRAME_COLUMNS = ("id", "article", "section", "quantity", "printed", "article_value", "article_unit",
+                 "recomputed_value", "delta", "verdict", "severity", "severity_reason", "explanation",
+                 "method", "where", "kind", "same_as")
 
 
 def problems(article: str | None = None) -> list[str]:
-    """Registry defects: errata without an explanation, explanations left on matching numbers,
-    recomputations registered for ids that do not exist."""
-    out = []
+    """Registry defects (:func:`pdcalc.registry.defects`): errata without an explanation or a severity,
+    explanations or severities left on numbers that are not errata, a repeated quantity with two verdicts
+    or a ``same_as`` that names no earlier claim of the same value; and recomputations registered for ids
+    that do not exist."""
     cs = claims(article)
-    for c in cs:
-        if c.verdict == "erratum" and not c.explanation:
-            out.append(f"{c.id}: erratum without an explanation (printed {c.printed}, recomputed {c.recomputed})")
-        if c.verdict == "match" and c.explanation:
-            out.append(f"{c.id}: explanation given but the number matches (stale explanation?)")
+    out = defects(cs)
     if article is None:
         known = {c.id for c in cs}
         out += [f"{cid}: recomputation registered for an unknown claim id" for cid in _REGISTRY if cid not in known]
@@ -97,13 +123,19 @@ def problems(article: str | None = None) -> list[str]:
 
 def audit_table(ids: list[str] | None = None, *, article: str | None = None,
                 sections: tuple[str, ...] | None = None) -> pd.DataFrame:
-    """The chapter view: ``section | quantity | article | recomputed | verdict | why``.
+    """The chapter view: ``section | id | quantity | article | recomputed | verdict | severity | why``,
+    indexed by section.
 
-    An explanation already given in an earlier row of the same table is replaced by a pointer to it.
+    Rows come errata first, most severe first, then rounding, match, input and pending (article order
+    within each), so that a page can lead with what is wrong; ``id`` lets a page anchor a row. An
+    explanation already given in an earlier row of the same table is replaced by a pointer to it.
     """
     df = frame(article, sections=sections, ids=ids)
     if df.empty:
         return df
+    by_id = {c.id: c for c in claims(article)}
+    order = sorted(range(len(df)), key=lambda i: severity_rank(by_id[df["id"].iloc[i]]))
+    df = df.iloc[order].reset_index(drop=True)
 
     def fmt(x, printed):
         if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -125,11 +157,13 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
                 seen[text] = f"{df['quantity'].iloc[i]} (§{sec})"
     return pd.DataFrame({
         "section": df["section"],
+        "id": df["id"],
         "quantity": df["quantity"],
         "article": df["printed"],
         "recomputed": [f"{fmt(r, p)} {u}" if r is not None else "" for r, p, u in
                        zip(df["recomputed_value"], df["printed"], df["article_unit"])],
         "verdict": df["verdict"],
+        "severity": df["severity"],
         "why": why,
     }).set_index("section")
 

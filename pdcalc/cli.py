@@ -122,13 +122,16 @@ def cmd_claims(args) -> int:
 
     rows = claims.frame(args.article)
     if args.verdict:
-        rows = rows[rows["verdict"] == args.verdict] if not rows.empty else rows
+        rows = rows[rows["verdict"] == args.verdict]
+    if args.severity:
+        rows = rows[rows["severity"].isin(args.severity)]
     if args.json:
         recs = []
         for r in rows.to_dict("records"):
             recs.append({k: _jsonable(r[k]) for k in (
                 "id", "article", "section", "quantity", "printed", "article_value", "article_unit",
-                "recomputed_value", "delta", "verdict", "explanation", "method", "where", "kind")})
+                "recomputed_value", "delta", "verdict", "severity", "severity_reason", "explanation", "method",
+                "where", "kind", "same_as")})
         return _print_json(recs, ensure_ascii=False, indent=1)
     if rows.empty:
         print("no claims")
@@ -137,7 +140,8 @@ def cmd_claims(args) -> int:
     print("  ".join(f"{v}: {counts.get(v, 0)}" for v in claims.VERDICTS))
     for r in rows.itertuples():
         rec = "" if r.recomputed_value is None else f" -> {r.recomputed_value}"
-        print(f"{r.id:<44} {r.section:<8} {r.printed:<22}{rec}  [{r.verdict}]")
+        sev = f", {r.severity}" if r.severity else ""
+        print(f"{r.id:<44} {r.section:<8} {r.printed:<22}{rec}  [{r.verdict}{sev}]")
     return 0
 
 
@@ -305,9 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_params)
 
+    from pdcalc.registry import SEVERITIES, VERDICTS
+
     sc = sub.add_parser("claims", help="the articles' numbers, recomputed, with verdicts")
     sc.add_argument("--article", choices=["v4", "v3"])
-    sc.add_argument("--verdict", choices=["match", "rounding", "erratum", "input", "pending"])
+    sc.add_argument("--verdict", choices=list(VERDICTS))
+    sc.add_argument("--severity", action="append", choices=list(SEVERITIES),
+                    help="keep the errata of this severity (repeat the flag for several)")
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=cmd_claims)
 

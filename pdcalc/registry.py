@@ -26,6 +26,18 @@ ARTICLES = {
 }
 VERDICTS = ("match", "rounding", "erratum", "input", "pending")
 
+#: How much an erratum moves a deployment conclusion, most consequential first. Every erratum carries one
+#: (``severity`` in the claims data, with a one-line ``severity_reason``).
+SEVERITIES: dict[str, str] = {
+    "major": "changes which layout or split to run, or whether the deployment fits",
+    "moderate": "changes a sizing figure materially, without changing the layout or the fit",
+    "minor": "a wrong figure that changes no conclusion",
+    "cosmetic": "a unit label or the presentation of a rounded number",
+}
+#: The order in which audit tables list claims: errata (most severe first), then rounding, match, input,
+#: pending.
+VERDICT_ORDER = ("erratum", "rounding", "match", "input", "pending")
+
 
 @dataclass(frozen=True)
 class Recompute:
@@ -72,6 +84,9 @@ class Claim:
     formula: str = ""
     note: str = ""
     occurrences: int = 1
+    same_as: str = ""            # id of the first claim that prints the same quantity with the same value
+    severity: str = ""           # for an erratum: one of SEVERITIES (a repeat takes its first occurrence's)
+    severity_reason: str = ""    # one line: why that severity
     recomputed: float | tuple | None = None
     method: str = ""
     verdict: str = "pending"
@@ -177,14 +192,35 @@ def printed_value(claim_id: str):
     raise UnknownNameError("claim", claim_id, [r["id"] for a in ARTICLES for r in _raw(a)])
 
 
-def _evaluate(raw: dict, article: str) -> Claim:
+def _groups(raws: tuple[dict, ...]) -> dict[str, list[str]]:
+    """First occurrence -> every claim of its quantity (itself first), in article order."""
+    out: dict[str, list[str]] = {}
+    for r in raws:
+        out.setdefault(r.get("same_as") or r["id"], []).append(r["id"])
+    return out
+
+
+def _recompute_of(raw: dict, groups: dict[str, list[str]]) -> Recompute | None:
+    """The claim's own recomputation; without one, its quantity's: that of the first claim of its group
+    (the first occurrence and its repeats, in article order) that has one."""
+    rc = _REGISTRY.get(raw["id"])
+    if rc is not None:
+        return rc
+    return next((_REGISTRY[m] for m in groups.get(raw.get("same_as") or raw["id"], ()) if m in _REGISTRY), None)
+
+
+def _evaluate(raw: dict, article: str, groups: dict[str, list[str]] | None = None,
+              by_id: dict[str, dict] | None = None) -> Claim:
     value = raw["value"]
     value = tuple(value) if isinstance(value, list) else value
+    first = (by_id or {}).get(raw.get("same_as", ""), raw)
     c = Claim(id=raw["id"], article=article, section=str(raw["section"]), where=raw.get("where", ""),
               quantity=raw["quantity"], printed=raw["printed"], value=value, unit=raw["unit"],
               kind=raw["kind"], formula=raw.get("formula", ""), note=raw.get("note", ""),
-              occurrences=raw.get("occurrences", 1))
-    rc = _REGISTRY.get(c.id)
+              occurrences=raw.get("occurrences", 1), same_as=raw.get("same_as", ""),
+              severity=raw.get("severity", first.get("severity", "")),
+              severity_reason=raw.get("severity_reason", first.get("severity_reason", "")))
+    rc = _recompute_of(raw, groups or {})
     if rc is None:
         return replace(c, verdict="input" if c.kind == "input" else "pending")
     rec = rc.fn()
@@ -195,10 +231,67 @@ def _evaluate(raw: dict, article: str) -> Claim:
 
 def evaluate(article: str | None = None) -> list[Claim]:
     """The claims of ``article`` (``"v4"``, ``"v3"``; ``None``: both) judged against the recomputations
-    registered so far (:func:`pdcalc.claims.claims` registers every one first)."""
+    registered so far (:func:`pdcalc.claims.claims` registers every one first).
+
+    A claim marked ``same_as`` another (the same quantity printed again with the same value), or named by
+    one, is judged by its quantity's recomputation when it has none of its own, so that one quantity
+    gets one verdict wherever it is printed.
+    """
     if article is not None and article not in ARTICLES:
         raise UnknownNameError("article", article, ARTICLES)
     out: list[Claim] = []
     for a in ([article] if article else list(ARTICLES)):
-        out += [_evaluate(r, a) for r in _raw(a)]
+        raws = _raw(a)
+        groups, by_id = _groups(raws), {r["id"]: r for r in raws}
+        out += [_evaluate(r, a, groups, by_id) for r in raws]
+    return out
+
+
+def severity_rank(claim: Claim) -> tuple[int, int]:
+    """Sort key of a claim in an audit table: verdict (:data:`VERDICT_ORDER`), then severity."""
+    sev = list(SEVERITIES).index(claim.severity) if claim.severity in SEVERITIES else len(SEVERITIES)
+    return VERDICT_ORDER.index(claim.verdict), sev if claim.verdict == "erratum" else 0
+
+
+def defects(claims: list[Claim]) -> list[str]:
+    """What is wrong with a set of evaluated claims as data, one line each (empty when nothing is).
+
+    - an erratum without an explanation, or without a severity of :data:`SEVERITIES` and its reason;
+    - an explanation left on a matching number, a severity left on a claim that is not an erratum;
+    - a ``same_as`` that does not name an earlier claim of the same article printing the same value in
+      the same unit, or that names a claim which is itself a repeat;
+    - one quantity with two verdicts or two severities (a repeat takes its first occurrence's severity
+      unless it states one).
+    """
+    out: list[str] = []
+    pos = {c.id: i for i, c in enumerate(claims)}
+    by_id = {c.id: c for c in claims}
+    for c in claims:
+        if c.verdict == "erratum":
+            if not c.explanation:
+                out.append(f"{c.id}: erratum without an explanation (printed {c.printed}, recomputed {c.recomputed})")
+            if c.severity not in SEVERITIES:
+                out.append(f"{c.id}: erratum with severity {c.severity!r}; one of {', '.join(SEVERITIES)} is required")
+            elif not c.severity_reason:
+                out.append(f"{c.id}: severity {c.severity} without a reason")
+        elif c.severity and not c.same_as:
+            out.append(f"{c.id}: severity {c.severity!r} on a claim judged {c.verdict} (stale severity?)")
+        if c.verdict == "match" and c.explanation:
+            out.append(f"{c.id}: explanation given but the number matches (stale explanation?)")
+        if not c.same_as:
+            continue
+        first = by_id.get(c.same_as)
+        if first is None:
+            out.append(f"{c.id}: same_as {c.same_as!r} is not a claim of article {c.article}")
+            continue
+        if first.article != c.article or pos[first.id] >= pos[c.id]:
+            out.append(f"{c.id}: same_as {first.id} must name an earlier claim of the same article")
+        if first.same_as:
+            out.append(f"{c.id}: same_as {first.id}, which is itself a repeat of {first.same_as}; name the first")
+        if (first.value, first.unit) != (c.value, c.unit):
+            out.append(f"{c.id}: same_as {first.id} but prints {c.value} {c.unit}, not {first.value} {first.unit}")
+        if first.verdict != c.verdict:
+            out.append(f"{c.id}: one quantity, two verdicts: {c.verdict} here, {first.verdict} at {first.id}")
+        elif (first.severity, first.severity_reason) != (c.severity, c.severity_reason):
+            out.append(f"{c.id}: one quantity, two severities: {c.severity!r} here, {first.severity!r} at {first.id}")
     return out
