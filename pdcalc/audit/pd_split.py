@@ -41,7 +41,6 @@ recomputes("v4-8.1-p-weight-card", "v4-8.2-p-weight-card", method="card_weights(
            why=_card_why("p"))(lambda: _w(P_EP))
 recomputes("v4-8.1-d-weight-card", "v4-8.2-d-weight-card",
            method="card_weights(article, 1 B, ep=32).total_bytes, GB", why=_card_why("d"))(lambda: _w(D_EP))
-recomputes("v4-8.1-p-kv", method="article: 4096 tokens x 44 KB, GB")(b.p_kv_gb)
 
 _P_TOTAL_WHY = b._sum_why(b.p_plan, ("v4-6.2-p-weight-card", "v4-6.2-p-kv", "v4-6.2-p-act", "v4-6.2-p-framework"),
                           "P total")
