@@ -3,8 +3,10 @@ number its own inputs give, the number the official model and the serving engine
 correction changes in the article's conclusion.
 
 Every number is computed (the claims registry, the audit modules, :mod:`pdcalc.memory`,
-:mod:`pdcalc.kv_cache`, :mod:`pdcalc.throughput`); the ranking is an editorial judgement: a mistake that
-changes which layout the article recommends ranks above one that only changes a figure.
+:mod:`pdcalc.kv_cache`, :mod:`pdcalc.throughput`); the ranking is an editorial judgement that follows
+the registry's severities (:data:`pdcalc.claims.SEVERITIES`): every entry is an erratum of the
+registry, and a ``major`` mistake (it changes which layout the article recommends, or whether it fits)
+ranks above a ``moderate`` one (it changes a sizing figure).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Erratum:
     claim_id: str
     kind: str                         # "arithmetic": the number fails its own inputs; "premise": the arithmetic
                                       # holds, an assumption is wrong; "input": a stated figure that is wrong
+                                      # (all three are errata of the registry, judged against what is true)
     corrected: Callable[[], str]      # what the article's own inputs give (text with its unit)
     real: Callable[[], str]           # what the official model / engine give
     changes: Callable[[], str]        # what it changes in the conclusion
@@ -77,7 +80,7 @@ def _v4_kv_real():
 
 def _v4_kv_changes():
     from pdcalc.audit import budgets
-    from pdcalc.kv_cache import article_kv_bytes, sequences_that_fit
+    from pdcalc.kv_cache import article_kv_bytes, kv_bytes, sequences_that_fit
     from pdcalc.memory import ep_sweep
 
     ctx = printed_value("v4-6.2-max-model-len")
@@ -89,9 +92,12 @@ def _v4_kv_changes():
     sw = ep_sweep("deepseek-v4-flash", "w8a8", "ascend-910b2", sizes, activation_bytes=overhead)
     fit = {int(r.ep): sequences_that_fit(max(r.kv_room_bytes, 0.0), ctx, "deepseek-v4-flash") for r in sw.itertuples()}
     smallest = min((ep for ep, n in fit.items() if n >= seqs), default=d_ep)
+    n = printed_value("v4-7.2-input-tokens")
+    transfer = kv_bytes("deepseek-v4-flash", n, "vllm-ascend").total_bytes
     return (f"A D card holds {fit[d_ep]} sequences of {ctx:,} tokens, not {n_art}: the scheduler's max-num-seqs "
             f"({seqs}), not memory, limits decode, and a D instance of {smallest} cards instead of {d_ep} would hold "
-            f"them.")
+            f"them. A prompt of {n:,} tokens moves {transfer / MB:.1f} MB from P to D, not "
+            f"{printed_value('v4-7.2-kv-transfer'):g} MB.")
 
 
 def _v4_scenario_b_changes():
@@ -175,15 +181,8 @@ def _v3_latency_real():
     return f"{1e3 * float(st.time_s):.1f} ms per decode step (TP8 x DP4, EP32; memory-bound)"
 
 
-def _v4_transfer_real():
-    from pdcalc.kv_cache import kv_bytes
-
-    n = printed_value("v4-7.2-input-tokens")
-    return f"{kv_bytes('deepseek-v4-flash', n, 'vllm-ascend').total_bytes / MB:.1f} MB for {n:,} tokens"
-
-
 ERRATA: tuple[Erratum, ...] = (
-    Erratum("v3-2.3.3-per-card-total-alt", "arithmetic", _v3_memory_corrected, _v3_memory_real, _v3_memory_changes),
+    Erratum("v3-2.3.3-per-card-total", "premise", _v3_memory_corrected, _v3_memory_real, _v3_memory_changes),
     Erratum("v4-6.1-kv-conservative", "input",
             lambda: "an estimate, not derived: no per-token figure follows from its own inputs", _v4_kv_real,
             _v4_kv_changes),
@@ -202,19 +201,17 @@ ERRATA: tuple[Erratum, ...] = (
             lambda: "The latency target and the throughput target cannot both hold: decode is memory-bound."),
     Erratum("v3-1.2-hbm-per-card", "input", _v3_hbm_corrected, _v3_hbm_real,
             lambda: "Every per-card budget of the V3 article starts from the wrong capacity."),
-    Erratum("v4-7.2-kv-transfer", "premise", lambda: f"{get_claim('v4-7.2-kv-transfer').recomputed:.0f} MB (its own rule holds)",
-            _v4_transfer_real,
-            lambda: "The transfer is a small share of the time to first token even without layer-wise sending."),
 )
 
 
 def errata_table() -> pd.DataFrame:
-    """The errata, most consequential first: ``article, section, quantity, mistake, printed, own inputs give,
-    official model and engine give, what it changes``."""
+    """The errata, most consequential first: ``article, id, section, quantity, severity, mistake, printed,
+    own inputs give, official model and engine give, what it changes`` (severity from the registry)."""
     rows = []
     for rank, e in enumerate(ERRATA, 1):
         c = get_claim(e.claim_id)
-        rows.append({"rank": rank, "article": c.article, "section": c.section, "quantity": c.quantity,
-                     "mistake": e.kind, "printed": c.printed, "its own inputs give": e.corrected(), "official model / engine": e.real(),
+        rows.append({"rank": rank, "article": c.article, "id": c.id, "section": c.section, "quantity": c.quantity,
+                     "severity": c.severity, "mistake": e.kind, "printed": c.printed,
+                     "its own inputs give": e.corrected(), "official model / engine": e.real(),
                      "what it changes": e.changes()})
     return pd.DataFrame(rows).set_index("rank")
