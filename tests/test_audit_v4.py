@@ -46,3 +46,65 @@ def test_scenario_b_is_over_budget_on_its_own_inputs():
 def test_every_module_lists_its_claims():
     for mod in (budgets, mooncake, pd_split):
         assert mod.CLAIM_IDS and all(i.startswith("v4-") for i in mod.CLAIM_IDS)
+
+
+# ---- the 44 KB per token, judged against what the engine stores -------------------------------------------
+KV_44 = ("v4-1.2-kv-per-token", "v4-6.1-kv-conservative", "v4-6.2-kv-per-token", "v4-6.3-kv-per-token",
+         "v4-7.2-kv-per-token", "v4-8.2-kv-per-token")
+
+
+def test_44_kb_per_token_is_one_erratum_wherever_printed():
+    from pdcalc.kv_cache import kv_bytes
+
+    slope = kv_bytes("deepseek-v4-flash", 1, "vllm-ascend").per_token_bytes_asymptotic
+    cs = [claims.get_claim(i) for i in KV_44]
+    assert {c.value for c in cs} == {44}
+    for c in cs:
+        assert c.verdict == "erratum" and c.severity == "major", c.id
+        assert c.recomputed == pytest.approx(slope / 1000, rel=1e-12)    # KB of 1000 B, as the article scales them
+    # every repeat names the first occurrence (§1.2)
+    assert {c.same_as for c in cs[1:]} == {KV_44[0]}
+
+
+@pytest.mark.parametrize("where,tokens", list(budgets.article_contexts().items()))
+def test_44_kb_explanation_gives_the_average_at_each_context_the_article_uses(where, tokens):
+    from pdcalc.kv_cache import kv_bytes
+
+    avg = kv_bytes("deepseek-v4-flash", tokens, "vllm-ascend").per_token_bytes_average / 1000
+    text = claims.get_claim("v4-6.1-kv-conservative").explanation
+    assert f"{avg:.2f} KB at {tokens:,} tokens ({where})" in text
+    # the average never comes near the article's figure at any context it uses
+    assert avg < printed_value("v4-6.1-kv-conservative") / 2
+
+
+def test_44_kb_is_the_uncompressed_bound():
+    """43 layers x 1,024 B (one raw BF16 entry of 512 values) = 44.0 KB: the article's estimate is what a cache
+    without the compression would store."""
+    from pdcalc.model import load_config
+
+    c = load_config("deepseek-v4-flash")
+    assert c.num_hidden_layers * c.head_dim * 2 / 1000 == pytest.approx(printed_value("v4-6.1-kv-conservative"),
+                                                                          abs=0.05)
+
+
+def test_p_card_kv_keeps_a_whole_prompt():
+    """§6.2's 0.2 GB is one batch of 4,096 tokens; a P card prefilling a max-model-len prompt in chunks holds
+    the whole prompt's cache (at the article's own 44 KB per token)."""
+    ctx = printed_value("v4-6.2-max-model-len")
+    whole = article_kv_bytes(ctx, budgets.kb_per_token()) / GB
+    batch = article_kv_bytes(printed_value("v4-6.2-batched-tokens"), budgets.kb_per_token()) / GB
+    assert judge("0.2 GB", 0.2, batch)[0] == "match"                    # the arithmetic holds
+    for i in ("v4-6.2-p-kv", "v4-6.4-p-kv", "v4-6.5-p-kv", "v4-8.1-p-kv"):
+        c = claims.get_claim(i)
+        assert c.recomputed == pytest.approx(whole, rel=1e-12) and c.verdict == "erratum", i
+    mb = claims.get_claim("v4-6.2-p-kv-mb")
+    assert mb.recomputed == pytest.approx(whole * 1000, rel=1e-12) and mb.verdict == "erratum"
+    assert mb.severity == claims.get_claim("v4-6.2-p-kv").severity
+
+
+@pytest.mark.parametrize("tensor", ["wo-a", "wo-b", "wkv-b"])
+def test_a_tensor_printed_three_times_has_one_verdict(tensor):
+    """§1.3 prints the shape, §1.4 and §5.2.3 the count: the same tensor, judged against the official block."""
+    cs = [claims.get_claim(f"v4-{s}-{tensor}") for s in ("1.3", "1.4", "5.2.3")]
+    assert {c.verdict for c in cs} == {"erratum"}
+    assert len({c.recomputed for c in cs}) == 1

@@ -60,6 +60,18 @@ def test_claims_article_filter():
     assert rows and {r["article"] for r in rows} == {"v3"}
 
 
+def test_claims_text_shows_the_severity_of_errata():
+    from pdcalc import claims
+
+    out = run("claims", "--article", "v3", "--verdict", "erratum", "--severity", "major")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    majors = [c for c in claims.claims("v3") if c.verdict == "erratum" and c.severity == "major"]
+    assert lines[0].startswith("match: 0  rounding: 0  erratum: ")
+    assert len(lines) == 1 + len(majors)
+    assert all(line.rstrip().endswith("[erratum, major]") for line in lines[1:])
+
+
 def test_memory_json():
     data = json.loads(run("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "32", "--json").stdout)
     assert data["experts_per_card"] == 8
