@@ -160,7 +160,7 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
         "id": df["id"],
         "quantity": df["quantity"],
         "article": df["printed"],
-        "recomputed": [f"{fmt(r, p)} {u}" if r is not None else "" for r, p, u in
+        "recomputed": [f"{fmt(r, p)} {u}" if fmt(r, p) else "" for r, p, u in
                        zip(df["recomputed_value"], df["printed"], df["article_unit"])],
         "verdict": df["verdict"],
         "severity": df["severity"],

@@ -271,3 +271,9 @@ def test_audit_table_leads_with_the_errata_by_severity():
         assert list(part.id) == sorted(part.id, key=order.index)
     # every claim of the sections, each once
     assert sorted(t.id) == sorted(claims.frame("v4", sections=("6",)).id)
+
+
+def test_audit_table_leaves_the_recomputed_cell_of_an_input_empty():
+    t = claims.audit_table(ids=["v4-6.2-batched-tokens", "v4-6.2-p-kv"])
+    assert list(t.verdict) == ["erratum", "input"]
+    assert t.recomputed.iloc[1] == "" and t.recomputed.iloc[0].endswith(" GB")
