@@ -35,6 +35,7 @@ import pandas as pd
 
 from pdcalc import measurements
 from pdcalc import throughput as tput
+from pdcalc.checks import InputError
 from pdcalc.deployment import get_deployment
 from pdcalc.errors import LayoutError, PdcalcError
 from pdcalc.hardware import get_card
@@ -196,6 +197,10 @@ def workload(*, context: int | None = None, output_tokens: int, concurrency: int
     sequences, as :func:`article_workload`)."""
     art = article_workload("deepseek-v4-flash")
     ctx = art["prompt_tokens"] + art["output_tokens"] if context is None else context
+    if isinstance(ctx, int) and isinstance(output_tokens, int) and output_tokens >= ctx:
+        raise InputError("output_tokens", f"must be smaller than the context, {ctx:,} tokens"
+                         + (" (the V4 article's scenario B)" if context is None else "")
+                         + f", got {output_tokens:,}: the prompt is the rest of the context")
     load = {"rate_per_s": rate_per_s} if rate_per_s is not None else {
         "concurrency": art["concurrency"] if concurrency is None else concurrency}
     return {"prompt_tokens": ctx - output_tokens, "output_tokens": output_tokens, **load}
@@ -427,7 +432,7 @@ class Recommendation:
         t = self.targets
         tpot = f"TPOT at most {_ms(t.tpot_s)}" if t.tpot_s else "no TPOT target"
         ttft = f"TTFT at most {_ms(t.ttft_s)}" if t.ttft_s else "no TTFT target"
-        return f"{tpot}: {t.tpot_source}. {ttft}: {t.ttft_source}."
+        return f"{tpot[0].upper() + tpot[1:]}: {t.tpot_source}. {ttft[0].upper() + ttft[1:]}: {t.ttft_source}."
 
     def setting(self) -> str:
         """The model, checkpoint and cluster in words."""

@@ -304,6 +304,9 @@ def test_workload_defaults_are_the_v4_articles():
     assert w == art
     w = R.workload(context=4096, output_tokens=1024, rate_per_s=3.0)
     assert w == {"prompt_tokens": 3072, "output_tokens": 1024, "rate_per_s": 3.0}
+    ctx = art["prompt_tokens"] + art["output_tokens"]
+    with pytest.raises(InputError, match=f"^output_tokens: must be smaller than the context, {ctx:,} tokens"):
+        R.workload(output_tokens=ctx)
 
 
 def test_sentences_follow_the_result(v4, v3):
