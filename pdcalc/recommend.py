@@ -307,7 +307,14 @@ class Launch:
 
 def _launches(setup: Setup, work: Workload, row, p_room_bytes: float, speculative_tokens: int,
               cards_per_node: int) -> tuple[Launch, Launch]:
-    """The P and D settings that realise a split (a row of the plan)."""
+    """The P and D settings that realise a split (a row of the plan).
+
+    Both roles: ``--max-model-len`` = prompt + output tokens, ``--gpu-memory-utilization`` = the setup's.
+    D: ``--max-num-seqs`` = the sequences in flight per DP rank, rounded up (never above the rank's KV
+    capacity, since the split is feasible); ``--max-num-batched-tokens`` = that times one token plus the
+    MTP draft's (the tutorial's 60 = 30 x 2). P: ``--max-num-batched-tokens`` = one whole prompt per
+    step, as the throughput model's prefill; ``--max-num-seqs`` = the prompts whose KV cache fits the P
+    card's room, where finished prompts wait for the transfer."""
     ctx = work.prompt_tokens + work.output_tokens
     d_dp = int(row["d_size"]) // int(row["d_tp"])
     d_seqs = max(1, math.ceil(float(row["concurrency"]) / (int(row["d_instances"]) * d_dp) - 1e-9))
@@ -585,6 +592,9 @@ def recommend(model="deepseek-v4-flash", quant: str = "w8a8", card="ascend-910b2
               published=_DEFAULT, speculative_tokens: int | None = None, cards_per_node: int | None = None,
               **setup_kw) -> Recommendation:
     """The P/D split to run, why, its memory per card, the published deployment beside it and its flags.
+
+    The defaults are the V4 article's deployment as the vllm-ascend tutorial runs it (deployments.toml
+    ``v4-flash-910b-pd``): W8A8 with MTP on 64 x 910B2, ``--gpu-memory-utilization`` 0.9, TP 1.
 
     Parameters
     ----------
