@@ -73,6 +73,28 @@ def chapter_ids(module) -> list[str]:
     return [c.id for c in claims() if c.id in ids or ((c.article, c.section) in secs and c.verdict != "input")]
 
 
+#: The book page that audits each audit module's claims, in the book's order (a claim shown on several
+#: pages is first given on the earliest).
+CHAPTER_PAGES = (("architecture", "architecture"), ("per_card", "per_card"), ("budgets", "kv_memory"),
+                 ("mooncake", "transfer"), ("pd_split", "pd_split"), ("v3_deploy", "v3_article"))
+
+
+def pages() -> dict[str, str]:
+    """Claim id -> the page (``book/<page>.ipynb``) whose audit table first gives its verdict."""
+    import importlib
+
+    out: dict[str, str] = {}
+    for module, page in CHAPTER_PAGES:
+        for cid in chapter_ids(importlib.import_module(f"pdcalc.audit.{module}")):
+            out.setdefault(cid, page)
+    return out
+
+
+def anchor(claim_id: str) -> str:
+    """The HTML id of a claim's row in its page's audit table (``claim-v4-6-1-kv-conservative``)."""
+    return "claim-" + re.sub(r"[^a-z0-9]+", "-", claim_id.lower()).strip("-")
+
+
 def frame(article: str | None = None, *, sections: tuple[str, ...] | None = None,
           ids: list[str] | None = None) -> pd.DataFrame:
     """The registry as a table: ``id, article, section, quantity, article_value, article_unit,

@@ -130,3 +130,100 @@ def table(df: pd.DataFrame, *, index: bool = False, sig: int = SIG, caption: str
 
     name = (caption or "table") if csv_name is None else csv_name
     return HTML(table_html(df, index=index, sig=sig, caption=caption, csv_name=name or None, **kw))
+
+
+# ---------------------------------------------------------------------------------------------
+# audit tables
+# ---------------------------------------------------------------------------------------------
+#: Background and text colours of each verdict (and of an erratum by severity).
+VERDICT_STYLE = {
+    "major": ("#b2182b", "#fff"), "moderate": ("#ef8a62", "#000"), "minor": ("#fddbc7", "#000"),
+    "cosmetic": ("#e0e0e0", "#000"), "rounding": ("#d1e5f0", "#000"), "match": ("#d9f0d3", "#000"),
+    "input": ("#f0f0f0", "#000"), "pending": ("#ffffbf", "#000"),
+}
+
+
+def verdict_badge(verdict: str, severity: str = "") -> str:
+    """A verdict as a coloured label; an erratum carries its severity (``erratum · major``)."""
+    key = severity if verdict == "erratum" and severity else verdict
+    bg, fg = VERDICT_STYLE.get(key, ("#f0f0f0", "#000"))
+    text = f"{verdict} · {severity}" if verdict == "erratum" and severity else verdict
+    return (f'<span class="pdcalc-verdict" style="background:{bg};color:{fg};padding:0 .35em;border-radius:3px;'
+            f'white-space:nowrap">{html.escape(text)}</span>')
+
+
+def tally(ids: list[str]) -> str:
+    """One sentence: how many numbers, and how many of each verdict (errata by severity)."""
+    from pdcalc import claims
+
+    f = claims.frame(ids=ids)
+    counts = f["verdict"].value_counts()
+    parts = []
+    if counts.get("erratum", 0):
+        sev = f.loc[f["verdict"] == "erratum", "severity"].value_counts()
+        detail = ", ".join(f"{int(sev[k])} {k}" for k in claims.SEVERITIES if sev.get(k, 0))
+        parts.append(f"{int(counts['erratum'])} errata ({detail})")
+    parts += [f"{int(counts[v])} {v}" for v in ("rounding", "match", "input", "pending") if counts.get(v, 0)]
+    return f"{len(f):,} printed numbers: " + ", ".join(parts) + "."
+
+
+def audit(ids: list[str], *, page: str | None = None, csv_name: str | None = None):
+    """A chapter's audit of the articles' numbers ``ids``, as a reader needs it:
+
+    - errata first, most severe first, then rounding slips, each row anchored (:func:`pdcalc.claims.anchor`)
+      so other pages can link to it, its verdict coloured;
+    - a number whose verdict another page gives first (``page`` is this chapter's, see
+      :func:`pdcalc.claims.pages`) points there instead of repeating the explanation;
+    - the matches folded into a dropdown.
+    """
+    from IPython.display import HTML
+
+    from pdcalc import claims
+
+    t = claims.audit_table(ids=ids).reset_index()
+    first = claims.pages()
+    frame = claims.frame(ids=ids).set_index("id")
+    why = []
+    for cid, text in zip(t["id"], t["why"]):
+        root = frame.loc[cid, "same_as"] or cid
+        home = first.get(root) or first.get(cid)
+        if page and home and home != page:
+            sec = claims.get_claim(root).section
+            why.append(f'Judged in <a href="{home}.html#{claims.anchor(root)}">{home.replace("_", " ")} '
+                       f"(§{html.escape(sec)})</a>.")
+        else:
+            why.append(html.escape(text or ""))
+    t = t.assign(why_html=why)
+    shown = t[t["verdict"].isin(["erratum", "rounding", "pending"])]
+    folded = t[t["verdict"].isin(["match", "input"])]
+    cols = {"section": "§", "quantity": "quantity", "article": "article prints", "recomputed": "recomputed",
+            "verdict": "verdict", "why": "why"}
+
+    def block(rows: pd.DataFrame, name: str | None) -> str:
+        df = rows[list(cols)].rename(columns=cols)
+        return table_html(df, numeric_right=False, csv_name=name,
+                          row_ids=[claims.anchor(c) for c in rows["id"]],
+                          cell_html={"verdict": [verdict_badge(v, s) for v, s in zip(rows["verdict"], rows["severity"])],
+                                     "why": list(rows["why_html"])})
+
+    name = csv_name or (f"audit-{page}" if page else "audit")
+    out = [f'<p class="pdcalc-tally">{html.escape(tally(ids))}</p>']
+    if len(shown):
+        out.append(block(shown, name + "-errata"))
+    if len(folded):
+        out.append(f"<details><summary>{len(folded):,} numbers that match their recomputation</summary>"
+                   + block(folded.assign(why_html=""), name + "-matches") + "</details>")
+    return HTML("".join(out))
+
+
+def inputs(sections: dict[str, tuple[str, ...]], *, csv_name: str = "inputs"):
+    """The numbers an article takes as given in ``sections`` (:func:`pdcalc.claims.inputs_table`), folded."""
+    from IPython.display import HTML
+
+    from pdcalc import claims
+
+    df = claims.inputs_table(sections).reset_index().rename(columns={"section": "§"})
+    if df.empty:
+        return HTML("<p>The article takes no number as given here.</p>")
+    return HTML(f"<details><summary>{len(df):,} numbers the article takes as given</summary>"
+                + table_html(df, numeric_right=False, csv_name=csv_name) + "</details>")

@@ -50,3 +50,36 @@ def test_deterministic_and_escaped():
     assert "a&lt;b" in table_html(df) and "x &amp; y" in table_html(df)
     assert table(df, caption="T").data == table_html(df, caption="T", csv_name="T")
     assert slug("P vs D weights (5.5 P/D 权重对比总结)") == "p-vs-d-weights-5-5-p-d"
+
+
+def test_audit_leads_with_errata_anchors_rows_and_folds_matches():
+    from pdcalc import claims
+    from pdcalc.audit import per_card
+    from pdcalc.display import audit
+
+    ids = claims.chapter_ids(per_card)
+    h = audit(ids, page="per_card").data
+    head, _, folded = h.partition("<details>")
+    f = claims.frame(ids=ids)
+    shown = f[f.verdict.isin(["erratum", "rounding"])]
+    assert all(f'id="{claims.anchor(c)}"' in head for c in shown["id"])
+    assert all(f'id="{claims.anchor(c)}"' in folded for c in f.loc[f.verdict == "match", "id"])
+    assert "erratum · major" in head and "match</span>" not in head
+    first_verdicts = re.findall(r'class="pdcalc-verdict"[^>]*>([^<]+)<', head)
+    assert first_verdicts[0].startswith("erratum · major")  # the most severe first
+    assert f"{len(f):,} printed numbers" in h and too_precise(h) == []
+
+
+def test_audit_points_to_the_page_that_first_judged_a_repeat():
+    from pdcalc import claims
+    from pdcalc.audit import pd_split
+    from pdcalc.display import audit
+
+    ids = claims.chapter_ids(pd_split)
+    pages = claims.pages()
+    h = audit(ids, page="pd_split").data
+    elsewhere = [c for c in ids if pages.get(claims.get_claim(c).same_as or c, "pd_split") != "pd_split"]
+    assert elsewhere, "pd_split repeats verdicts given in earlier chapters"
+    for c in elsewhere:
+        root = claims.get_claim(c).same_as or c
+        assert f'href="{pages[root]}.html#{claims.anchor(root)}"' in h
