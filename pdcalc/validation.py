@@ -646,8 +646,10 @@ def kv_budget_table(scheme: str | None = None) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------ chart
 def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] = CHART_BAND):
     """Predicted / measured per measurement on a log scale: a point at the prediction, a bar over the range
-    of candidates, a shaded band around 1 (``band``), one colour per quantity. ``df``: :func:`table`."""
-    from pdcalc.charts import altair
+    of candidates, a shaded band around 1 (``band``), one colour per quantity. ``df``: :func:`table`.
+
+    As wide as the book's column (:data:`pdcalc.charts.CHART_WIDTH`, the measurement ids included)."""
+    from pdcalc.charts import altair, bottom_legend, house_style
 
     alt = altair()
 
@@ -656,18 +658,18 @@ def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] = CHART_
     order = list(rows.assign(r=rows["group"].map(rank)).sort_values("r", kind="stable")["id"])
     scale = alt.Scale(type="log", domain=[0.25, 4], clamp=True)
     y = alt.Y("id:N", title=None, sort=order)
-    color = alt.Color("group:N", title=None, legend=alt.Legend(orient="bottom", columns=4))
+    color = alt.Color("group:N", title=None, legend=bottom_legend(4))
     shade = alt.Chart(pd.DataFrame({"lo": [band[0]], "hi": [band[1]]})).mark_rect(
         color="lightgray", opacity=0.6).encode(x=alt.X("lo:Q", scale=scale), x2="hi:Q")
     one = alt.Chart(pd.DataFrame({"x": [1.0]})).mark_rule(color="gray").encode(x=alt.X("x:Q", scale=scale))
-    rng = alt.Chart(rows).mark_rule(strokeWidth=4, opacity=0.45).encode(
+    rng = alt.Chart(rows).mark_rule(strokeWidth=5, opacity=0.45).encode(
         x=alt.X("ratio_low:Q", scale=scale), x2="ratio_high:Q", y=y, color=color)
-    pts = alt.Chart(rows).mark_point(filled=True, size=60, opacity=1).encode(
-        x=alt.X("ratio:Q", title="predicted / measured (log scale)", scale=scale), y=y, color=color,
+    pts = alt.Chart(rows).mark_point(filled=True, size=80, opacity=1).encode(
+        x=alt.X("ratio:Q", title="predicted / measured (log scale)", scale=scale,
+                axis=alt.Axis(values=[0.25, 0.5, 0.8, 1, 1.25, 2, 4], format="~g")), y=y, color=color,
         tooltip=["id", "layout", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ratio_low:Q", format=".3f"),
                  alt.Tooltip("ratio_high:Q", format=".3f")])
-    return (shade + one + rng + pts).properties(width=300, height=alt.Step(18), title=title).configure_axis(
-        labelLimit=320)
+    return house_style((shade + one + rng + pts).properties(height=alt.Step(22), title=title), label_limit=320)
 
 
 # ------------------------------------------------------------------------------------------ chapter helpers
