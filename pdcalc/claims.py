@@ -40,6 +40,7 @@ import re
 import pandas as pd
 
 from pdcalc.errors import UnknownNameError
+from pdcalc.precision import MAX_SIG
 from pdcalc.registry import _REGISTRY, ARTICLES, Claim, defects, evaluate, severity_rank
 # the registry's public names, read through this module too
 from pdcalc.registry import SEVERITIES, VERDICT_ORDER, VERDICTS, judge, printed_value, recomputes  # noqa: F401
@@ -166,7 +167,8 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
             return " ~ ".join(fmt(v, printed) for v in x)
         if abs(x) >= 1e4 or float(x).is_integer():
             return f"{x:,.0f}"
-        d = min(_printed_decimals(printed) + 2, 6)
+        whole = len(str(int(abs(x)))) if abs(x) >= 1 else 0
+        d = min(_printed_decimals(printed) + 2, max(0, MAX_SIG - whole))
         return f"{x:,.{d}f}"
 
     why, seen = [], {}
