@@ -241,11 +241,11 @@ def _usable(setup: Setup) -> float:
 
 def weights_log(setup: Setup, size: int, tp: int):
     """The logged per-card weights that size a layout of ``size`` cards with TP ``tp`` under ``setup``
-    (:func:`pdcalc.measurements.logged_weights` of the weights model and scheme), or ``None``: with
+    (:func:`pdcalc.validation.logged_weights` of the weights model and scheme), or ``None``: with
     ``measured_weights`` off, or where no log matches that exact layout."""
     if not setup.measured_weights:
         return None
-    from pdcalc.measurements import logged_weights
+    from pdcalc.validation import logged_weights
 
     return logged_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=tp,
                           mtp=setup.mtp)

@@ -7,7 +7,7 @@ prefill load limit, the TTFT target and the TPOT target. Beside it, a published 
 under the same model: a P/D split with :func:`pdcalc.plan.evaluate_split`, a co-located layout (prefill
 and decode on the same TP x DP replicas, as the V3 article deploys) with :func:`evaluate_colocated`.
 Per card, the memory of a P and a D card (:func:`pdcalc.plan.card_plans`) uses an engine's logged weights
-where the registry has a log of that exact layout (:func:`pdcalc.measurements.logged_weights`) and
+where the registry has a log of that exact layout (:func:`pdcalc.validation.logged_weights`) and
 pdcalc's inventory otherwise. :class:`Launch` turns the split into the engine's flags for each role.
 
 A deployment that does not fit, or that cannot be evaluated on the card, is a result:
@@ -374,7 +374,7 @@ class Recommendation:
     ``published`` / ``published_row`` / ``published_note``: the compared deployment, its evaluation
     under the same model (``None`` when it cannot be evaluated) and a line on how it was evaluated or why
     not; ``p_card`` / ``d_card``: memory of one card of each side; ``weights_logs``: per role, the
-    :class:`pdcalc.measurements.LoggedWeights` that sized it, or ``None`` (pdcalc's inventory);
+    :class:`pdcalc.validation.LoggedWeights` that sized it, or ``None`` (pdcalc's inventory);
     ``launch``: the P and D settings."""
 
     setup: Setup

@@ -784,3 +784,70 @@ def articles_vs_measurements(df: pd.DataFrame) -> pd.DataFrame:
                      "pdcalc (GB)": pred / 1e9, "measured (GB)": meas / 1e9, "article / measured": art / meas,
                      "pdcalc / measured": pred / meas, "measurement": mid})
     return pd.DataFrame(rows).set_index("quantity")
+
+
+# -------------------------------------------------------------------------------- logged weights
+@dataclass(frozen=True)
+class LoggedWeights:
+    """A weight figure an engine logged for one card of an exact layout (see :func:`logged_weights`)."""
+
+    bytes: float            # per card, in bytes (``unit_means`` applied)
+    id: str                 # the registry entry
+    source: str             # where the log line is (the entry's ``source``)
+    url: str | None         # the entry's ``url``
+    layout: str             # the layout the log is read as (pdcalc.validation's candidate label)
+
+
+def logged_weights(model, quant: str, *, ep: int, tp: int = 1, mtp: bool = True) -> LoggedWeights | None:
+    """The registry's logged per-card weights of ``model`` in ``quant`` on an EP ``ep`` x TP ``tp`` layout.
+
+    A log applies to a layout only where :mod:`pdcalc.validation` reads the entry as that layout: one of
+    its candidate layouts *consistent with the source* (:func:`pdcalc.weight_candidates`,
+    ``consistent``) has the same model preset (:data:`pdcalc.MODEL_PRESETS`), scheme, EP
+    group, TP degree and MTP draft, and a single pipeline stage. Where the source leaves the MTP draft
+    open, both readings are consistent and either matches. Nothing is extrapolated to other layouts.
+
+    Parameters
+    ----------
+    model : str
+        A model preset name (``deepseek-v4-flash``, ``deepseek-v3``); a config file matches nothing.
+    quant : str
+        The :mod:`pdcalc.quant` scheme of the checkpoint (``w8a8``).
+    ep, tp : int
+        Cards in the EP group (the instance) and the TP degree.
+    mtp : bool
+        Whether the MTP draft is loaded.
+
+    Returns
+    -------
+    LoggedWeights or None
+        The first matching entry in registry order, or ``None`` when no log exists for that layout.
+
+    Examples
+    --------
+    >>> w = logged_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
+    >>> w.id, w.bytes == 47.4 * 2**30
+    ('vllm-ascend-13439-v4flash-weights-per-card', True)
+    >>> logged_weights("deepseek-v4-flash", "w8a8", ep=16) is None
+    True
+    """
+    if not isinstance(model, str) or not isinstance(quant, str):
+        return None
+    return _logged_weights(model, quant, int(ep), int(tp), bool(mtp))
+
+
+@cache
+def _logged_weights(model: str, quant: str, ep: int, tp: int, mtp: bool) -> LoggedWeights | None:
+    for m in reg.load():
+        if m.quantity != "weight_memory_per_card" or MODEL_PRESETS.get(m.model) != model:
+            continue
+        try:
+            cases = weight_candidates(m.id)
+        except UnknownNameError:          # no layout reading of this entry
+            continue
+        hit = cases[cases["consistent"] & (cases["scheme"] == quant) & (cases["ep"] == ep) & (cases["tp"] == tp)
+                    & (cases["pp"] == 1) & (cases["mtp"] == mtp)]
+        if len(hit):
+            return LoggedWeights(bytes=reg.to_bytes(m), id=m.id, source=m.source, url=m.url,
+                                 layout=str(hit["candidate"].iloc[0]))
+    return None

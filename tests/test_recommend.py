@@ -9,6 +9,7 @@ import pytest
 from pdcalc import measurements as M
 from pdcalc import recommend as R
 from pdcalc import throughput as tput
+from pdcalc import validation as V
 from pdcalc.checks import InputError
 from pdcalc.deployment import get_deployment
 from pdcalc.memory import card_weights
@@ -190,7 +191,7 @@ def test_plan_sizes_a_layout_from_its_log_only_when_asked():
     work = Workload(**R.article_workload(V4))
     measured = Setup(model=V4, cards=64, measured_weights=True)
     plain = Setup(model=V4, cards=64)
-    log = M.logged_weights(V4, "w8a8", ep=8, mtp=True)
+    log = V.logged_weights(V4, "w8a8", ep=8, mtp=True)
     for (pm, dm), (pp, dp_) in [(sides(measured, work), sides(plain, work))]:
         for a, b in zip(pm + dm, pp + dp_):
             want = log.bytes if a.size == 8 and a.tp == 1 else card_weights(V4, "w8a8", ep=a.size, tp=a.tp,
@@ -210,7 +211,7 @@ def test_measured_weights_change_the_p_card_by_the_logs_difference():
     rows = [evaluate_split(r.setup, work, p_instances=art.p_instances, p_size=art.p_size, d_instances=art.d_instances,
                            d_size=art.d_size) for r in (measured, plain)]
     (pm, dm), (pp, dp_) = (card_plans(r.setup, work, row) for r, row in zip((measured, plain), rows))
-    log = M.logged_weights(V4, "w8a8", ep=art.p_size, mtp=True)
+    log = V.logged_weights(V4, "w8a8", ep=art.p_size, mtp=True)
     assert pm.parts["weights"] == pytest.approx(log.bytes)
     assert pm.parts["weights"] - pp.parts["weights"] == pytest.approx(pp.free_bytes - pm.free_bytes)
     assert dm.parts == dp_.parts                                      # no log of the D32 layout
@@ -248,7 +249,7 @@ def test_v3_uses_the_log_where_the_layout_matches_and_compares_the_colocated_art
     b = v3.best
     for role in ("P", "D"):
         size, tp = int(b[f"{role.lower()}_size"]), int(b[f"{role.lower()}_tp"])
-        log = M.logged_weights(V3, "w8a8", ep=size, tp=tp, mtp=False)
+        log = V.logged_weights(V3, "w8a8", ep=size, tp=tp, mtp=False)
         assert (v3.weights_logs[role] is None) == (log is None)
         if log is not None:
             assert log.id == V3_LOG

@@ -26,7 +26,7 @@ from pdcalc import measurements as M
 from pdcalc import validation as V
 from pdcalc.errors import LayoutError, UnknownNameError
 from pdcalc.memory import card_weights
-from pdcalc.units import GiB
+from pdcalc.units import GB, GiB
 
 TABLE = V.table()
 PREDICTIONS = {p.id: p for p in V.predictions()}
@@ -254,3 +254,45 @@ def test_band_must_contain_one():
     with pytest.raises(LayoutError):
         V.Band(1.1, 2.0, "x")
     assert isinstance(TABLE, pd.DataFrame)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# logged weights for a layout
+# ---------------------------------------------------------------------------------------------
+def test_logged_weights_v4_flash_ep8_is_the_vllm_ascend_log():
+    w = V.logged_weights("deepseek-v4-flash", "w8a8", ep=8, tp=1, mtp=True)
+    m = M.get("vllm-ascend-13439-v4flash-weights-per-card")
+    assert w is not None and w.id == m.id and w.source == m.source and w.url == m.url
+    assert w.bytes == pytest.approx(m.value * GiB, rel=1e-12)          # printed in GiB
+    assert "EP8" in w.layout
+
+
+def test_logged_weights_v3_dp4tp4_reads_gb_as_gib_and_either_mtp_reading():
+    m = M.get("vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card")
+    for mtp in (True, False):                       # the source leaves the MTP draft open
+        w = V.logged_weights("deepseek-v3", "w8a8", ep=16, tp=4, mtp=mtp)
+        assert w is not None and w.id == m.id
+        assert w.bytes == pytest.approx(m.value * GiB, rel=1e-12)      # vLLM's "GB" is bytes / 2**30
+        assert w.bytes != pytest.approx(m.value * GB, rel=1e-3)
+
+
+@pytest.mark.parametrize("model,quant,ep,tp,mtp", [
+    ("deepseek-v4-flash", "w8a8", 8, 1, False),     # the checkpoint loads the MTP draft: not this layout
+    ("deepseek-v4-flash", "w8a8", 16, 1, True),     # another EP group: a candidate, but not the source's
+    ("deepseek-v4-flash", "w8a8", 32, 1, True),
+    ("deepseek-v4-flash", "w8a8", 8, 2, True),
+    ("deepseek-v4-flash", "bf16", 8, 1, True),      # another checkpoint
+    ("deepseek-v3", "w8a8", 16, 8, False),          # another TP degree
+    ("deepseek-v3", "w8a8", 8, 4, False),
+    ("deepseek-v3", "bf16", 16, 4, False),
+    ("deepseek-v3", "fp8", 8, 8, False),            # R1 on H20-3e: two pipeline stages, never one
+    ("deepseek-v3", "fp8", 16, 16, False),          # ... and TP16 is shown for comparison only
+])
+def test_logged_weights_none_for_any_other_layout(model, quant, ep, tp, mtp):
+    assert V.logged_weights(model, quant, ep=ep, tp=tp, mtp=mtp) is None
+
+
+def test_logged_weights_does_not_match_a_config_file_or_an_unknown_model(tmp_path):
+    assert V.logged_weights(tmp_path / "config.json", "w8a8", ep=8) is None
+    assert V.logged_weights("deepseek-v4-flash-article", "w8a8", ep=8) is None
