@@ -129,12 +129,17 @@ def _v4_class_ii_real():
 
 def _v4_class_ii_changes():
     from pdcalc.memory import budget, card_weights
+    from pdcalc.validation import logged_weights
 
     w = card_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
-    b = budget("ascend-910b2", w.total_bytes, activation_bytes=printed_value("v4-6.2-p-act") * GB,
-               overhead_bytes=printed_value("v4-6.2-p-framework") * GB)
-    return (f"Every card carries more replicated weight: a P card has {b.kv_bytes / GB:.1f} GB to spare, not "
-            f"{printed_value('v4-6.2-p-free')} GB.")
+    over = dict(activation_bytes=printed_value("v4-6.2-p-act") * GB, overhead_bytes=printed_value("v4-6.2-p-framework") * GB)
+    b = budget("ascend-910b2", w.total_bytes, **over)
+    log = logged_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
+    logged = budget("ascend-910b2", log.bytes, **over)
+    return (f"Every card carries more replicated weight: with pdcalc's weights a P card has {b.kv_bytes / GiB:.1f} GiB "
+            f"to spare, and with the {log.bytes / GiB:.1f} GiB the engine logged for this layout "
+            f"{logged.kv_bytes / GiB:.1f} GiB, not the article's {printed_value('v4-6.2-p-free')} GB "
+            f"({printed_value('v4-6.2-p-free') * GB / GiB:.1f} GiB).")
 
 
 def _v4_p_kv_corrected():
