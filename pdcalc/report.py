@@ -180,3 +180,142 @@ def pd_memory_table(p_weights, d_weights, p_plan, d_plans: dict, unit: float = 1
                                                      100 * d.total_bytes / d.capacity_bytes, float("nan")]
     df.index.name = "per card"
     return df
+
+
+# ---------------------------------------------------------------------------------------------
+# the planner's results as a reader reads them (plan chapter)
+# ---------------------------------------------------------------------------------------------
+#: Columns of :func:`splits_table`, the ranking key first.
+SPLIT_COLUMNS = ("split", "output tokens/s per card", "cards", "TTFT (s)", "TPOT (ms)", "output tokens/s",
+                 "KV capacity (sequences)", "tightest constraint")
+
+
+def _split_values(r) -> dict:
+    """One planner row (a row of :attr:`pdcalc.plan.Plan.candidates`) in the units a page shows, rounded as
+    shown: tokens/s to whole tokens, TTFT to 10 ms (s, 2 decimals), TPOT to 0.1 ms."""
+    from pdcalc.plan import split_label
+    from pdcalc.precision import round_decimals
+
+    return {"split": split_label(r),
+            "output tokens/s per card": round_decimals(float(r["tokens_per_s_per_card"]), 0),
+            "cards": int(r["cards"]),
+            "TTFT (s)": round_decimals(float(r["ttft_s"]), 2),
+            "TPOT (ms)": round_decimals(1e3 * float(r["tpot_s"]), 1),
+            "output tokens/s": round_decimals(float(r["output_tokens_per_s"]), 0),
+            "KV capacity (sequences)": int(r["kv_capacity_seqs"]),
+            "tightest constraint": str(r["binding"])}
+
+
+def splits_table(rows: pd.DataFrame, n: int | None = None, *, names: list[str] | None = None,
+                 columns: tuple[str, ...] = SPLIT_COLUMNS) -> pd.DataFrame:
+    """The first ``n`` planner rows (:attr:`pdcalc.plan.Plan.ranked`, ``candidates`` or rows of
+    :func:`pdcalc.plan.evaluate_split` stacked) with the ranking key first: the split as people write it,
+    output tokens/s per card, cards, TTFT (s), TPOT (ms), output tokens/s, the D side's KV capacity in
+    sequences and the tightest constraint (for a split that does not run, the first that fails).
+    ``names`` puts a first column ``plan`` naming each row; ``columns`` keeps those of
+    :data:`SPLIT_COLUMNS` listed."""
+    r = rows if n is None else rows.head(n)
+    df = pd.DataFrame([_split_values(x) for _, x in r.iterrows()], columns=list(SPLIT_COLUMNS))[list(columns)]
+    if names is not None:
+        df.insert(0, "plan", list(names))
+    return df
+
+
+def split_tradeoff(best, other, other_name: str) -> str:
+    """One or two sentences: the planner's ``best`` split against ``other`` (planner rows), named
+    ``other_name``: output per card, then what the best split gives up (or gains) in TTFT, TPOT, total
+    output and cards. The figures are those of :func:`splits_table`."""
+    a, b = _split_values(best), _split_values(other)
+    if a["split"] == b["split"]:
+        return (f"The most output per card, {a['output tokens/s per card']:,.0f} tokens/s, is {other_name} itself: "
+                f"{a['split']} on {a['cards']:,} cards, at a TTFT of {a['TTFT (s)']:.2f} s and a TPOT of "
+                f"{a['TPOT (ms)']:.1f} ms.")
+    ratio = best["tokens_per_s_per_card"] / other["tokens_per_s_per_card"]
+    head = (f"{a['split']} on {a['cards']:,} cards serves {a['output tokens/s per card']:,.0f} output tokens/s per "
+            f"card, {ratio:.2f} times {other_name} ({b['split']} on {b['cards']:,} cards, "
+            f"{b['output tokens/s per card']:,.0f})")
+    worse, better = [], []
+    for key, what, fmt, low_good in (("TTFT (s)", "a TTFT of {} s", ".2f", True),
+                                     ("TPOT (ms)", "a TPOT of {} ms", ".1f", True),
+                                     ("output tokens/s", "{} output tokens/s in all", ",.0f", False)):
+        x, y = a[key], b[key]
+        if x == y:
+            continue
+        text = f"{what.format(format(x, fmt))} against {what.format(format(y, fmt)).split(' of ')[-1]}" \
+            if " of " in what else f"{format(x, fmt)} against {format(y, fmt)} output tokens/s in all"
+        if (x > y) == low_good:
+            worse.append(text)
+        else:
+            better.append(text)
+    out = head
+    if worse:
+        out += "; it pays with " + ", ".join(worse[:-1]) + (" and " if len(worse) > 1 else "") + worse[-1]
+    if better:
+        out += ("; it also gives " if worse else "; it gives ") + ", ".join(better[:-1]) + (
+            " and " if len(better) > 1 else "") + better[-1]
+    return out + "."
+
+
+def card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
+    """Memory plans (:class:`pdcalc.memory.MemoryPlan`) side by side, one column per name of ``plans``:
+    each part, the total, what the engine may use and what is left (negative: over budget), in
+    ``unit_name`` per card, two decimals. The verdict is each plan's :meth:`~pdcalc.memory.MemoryPlan.verdict`."""
+    from pdcalc.precision import round_decimals
+
+    cols = {}
+    for name, p in plans.items():
+        s = {k.replace("_", " "): v for k, v in p.parts.items()}
+        s.update({"total": p.total_bytes, "usable": p.usable_bytes, "left": p.free_bytes})
+        cols[name] = {k: round_decimals(v / unit, 2) for k, v in s.items()}
+    df = pd.DataFrame(cols)
+    df.index.name = f"{unit_name} per card"
+    return df
+
+
+def weights_source(logs: dict) -> str:
+    """Markdown: where each side's weights come from, ``logs`` mapping a side ("P", "D") to the
+    :class:`pdcalc.validation.LoggedWeights` that sizes it or ``None`` (pdcalc's tensor inventory).
+    A log is named with its layout and linked to its source."""
+    parts = []
+    for side, log in logs.items():
+        if log is None:
+            parts.append(f"{side} weights come from pdcalc's tensor inventory (no engine log of that layout)")
+            continue
+        where = f"[{log.source.split(' (')[0]}]({log.url})" if log.url else log.source
+        parts.append(f"{side} weights are the {log.bytes / 2**30:.1f} GiB per card an engine logged for that "
+                     f"layout ({log.layout}; {where})")
+    return "; ".join(parts)
+
+
+def latency_targets(ttft_ms: float | None = None, tpot_ms: float | None = None) -> tuple:
+    """The latency targets a planning page applies and a Markdown sentence saying where they come from:
+    ``(ttft_s, tpot_s, sentence)``. ``None`` takes the published service level of
+    :func:`pdcalc.recommend.default_targets` (TPOT from the measurements registry, no TTFT target since
+    none is published); a number is a target set by the reader (ms)."""
+    from pdcalc import measurements
+    from pdcalc.recommend import TPOT_SLO_ID, USER_SPEED_ID, default_targets
+
+    d = default_targets()
+    ttft_s = d.ttft_s if ttft_ms is None else ttft_ms / 1e3
+    tpot_s = d.tpot_s if tpot_ms is None else tpot_ms / 1e3
+    if tpot_ms is None and tpot_s is not None:
+        source = d.tpot_source
+        for m in (measurements.get(TPOT_SLO_ID), measurements.get(USER_SPEED_ID)):
+            name = m.source.split(" (")[0].split(",")[0]
+            key = next((k for k in (name, name.split("/")[-1]) if k in source), None)
+            if m.url and key:    # the source's name in the sentence links to it
+                source = source.replace(key, f"[{key}]({m.url})", 1)
+            elif m.url:
+                source += f" ([{name}]({m.url}))"
+        tpot = f"TPOT at most {tpot_s * 1e3:g} ms, the published service level: {source}"
+    elif tpot_s is not None:
+        tpot = f"TPOT at most {tpot_s * 1e3:g} ms, as set in the parameters cell"
+    else:
+        tpot = "no TPOT target"
+    if ttft_ms is None and ttft_s is None:
+        ttft = f"No TTFT target: {d.ttft_source}"
+    elif ttft_s is None:
+        ttft = "No TTFT target"
+    else:
+        ttft = f"TTFT at most {ttft_s:g} s" + (", as set in the parameters cell" if ttft_ms is not None else "")
+    return ttft_s, tpot_s, f"{tpot[0].upper()}{tpot[1:]}. {ttft}."

@@ -1,0 +1,83 @@
+"""The plan chapter's tables and sentences (pdcalc.report: splits_table, split_tradeoff, card_memory_table,
+weights_source, latency_targets)."""
+
+import pandas as pd
+import pytest
+
+from pdcalc import report
+from pdcalc.memory import memory_plan
+from pdcalc.recommend import default_targets
+from pdcalc.validation import LoggedWeights
+
+
+def _row(p_n, p_size, d_n, d_size, *, tpc, ttft, tpot, binding="P memory"):
+    cards = p_n * p_size + d_n * d_size
+    return pd.Series({"p_instances": p_n, "p_size": p_size, "p_tp": 1, "d_instances": d_n, "d_size": d_size,
+                      "d_tp": 1, "cards": cards, "tokens_per_s_per_card": tpc, "output_tokens_per_s": tpc * cards,
+                      "ttft_s": ttft, "tpot_s": tpot, "kv_capacity_seqs": 1904.0, "binding": binding})
+
+
+SMALL = _row(2, 8, 1, 16, tpc=1022.4, ttft=6.665, tpot=0.02934)
+WHOLE = _row(4, 8, 1, 32, tpc=765.0, ttft=4.698, tpot=0.01961)
+
+
+def test_splits_table_leads_with_the_ranking_key_and_rounds_as_shown():
+    df = report.splits_table(pd.DataFrame([SMALL, WHOLE]), 1)
+    assert list(df.columns) == list(report.SPLIT_COLUMNS)
+    assert df.columns[1] == "output tokens/s per card" and len(df) == 1
+    row = df.iloc[0]
+    assert row["split"] == "2 x P8 + 1 x D16" and row["cards"] == 32
+    assert row["TTFT (s)"] == 6.67 and row["TPOT (ms)"] == 29.3 and row["output tokens/s per card"] == 1022
+
+
+def test_splits_table_names_and_columns():
+    df = report.splits_table(pd.DataFrame([SMALL, WHOLE]), names=["a", "b"], columns=report.SPLIT_COLUMNS[:3])
+    assert list(df.columns) == ["plan", *report.SPLIT_COLUMNS[:3]] and list(df["plan"]) == ["a", "b"]
+
+
+def test_split_tradeoff_states_what_the_smaller_split_gives_up():
+    text = report.split_tradeoff(SMALL, WHOLE, "the article's deployment")
+    assert "2 x P8 + 1 x D16 on 32 cards" in text and "4 x P8 + 1 x D32 on 64 cards" in text
+    assert "pays with a TTFT of 6.67 s against 4.70 s" in text and "TPOT of 29.3 ms against 19.6 ms" in text
+    assert "1.34 times the article's deployment" in text
+
+
+def test_split_tradeoff_of_a_split_with_itself():
+    assert "is the article's deployment itself" in report.split_tradeoff(WHOLE, WHOLE, "the article's deployment")
+
+
+def test_split_tradeoff_of_a_split_better_on_every_count_pays_nothing():
+    better = _row(2, 8, 1, 16, tpc=2000.0, ttft=1.0, tpot=0.01)
+    assert "pays" not in report.split_tradeoff(better, WHOLE, "x")
+
+
+def test_card_memory_table_parts_add_up():
+    p = memory_plan("P", usable_bytes=55 * 2**30, capacity_bytes=61 * 2**30, weights=47.4 * 2**30, kv_cache=2**29,
+                    overhead=3.5e9)
+    d = memory_plan("D", usable_bytes=55 * 2**30, capacity_bytes=61 * 2**30, weights=60 * 2**30, kv_cache=0.0)
+    t = report.card_memory_table({"P card": p, "D card": d})
+    for col, plan in (("P card", p), ("D card", d)):
+        parts = t.loc[[k.replace("_", " ") for k in plan.parts], col].sum()
+        assert parts == pytest.approx(t.loc["total", col], abs=0.02)
+        assert t.loc["usable", col] - t.loc["total", col] == pytest.approx(t.loc["left", col], abs=0.02)
+    assert t.loc["left", "D card"] < 0                  # over budget shows negative
+
+
+def test_weights_source_links_the_log_and_names_the_inventory():
+    log = LoggedWeights(bytes=47.4 * 2**30, id="x", source="owner/repo issue #1 (comment)",
+                        url="https://github.com/owner/repo/issues/1", layout="DP8, EP8")
+    text = report.weights_source({"P": log, "D": None})
+    assert "[owner/repo issue #1](https://github.com/owner/repo/issues/1)" in text and "47.4 GiB" in text
+    assert "D weights come from pdcalc's tensor inventory" in text
+
+
+def test_latency_targets_default_to_the_published_service_level():
+    ttft_s, tpot_s, text = report.latency_targets()
+    d = default_targets()
+    assert (ttft_s, tpot_s) == (d.ttft_s, d.tpot_s) and ttft_s is None
+    assert "](https://arxiv.org/abs/2506.12708)" in text and "No TTFT target" in text
+
+
+def test_latency_targets_given_by_the_reader():
+    ttft_s, tpot_s, text = report.latency_targets(2000, 30)
+    assert (ttft_s, tpot_s) == (2.0, 0.03) and text.count("as set in the parameters cell") == 2
