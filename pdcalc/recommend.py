@@ -675,3 +675,13 @@ def _published(setup: Setup, work: Workload, pub) -> tuple[pd.Series | None, str
 def _base(setup: Setup) -> float:
     c = get_card(setup.card)
     return c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes
+
+
+
+def article_cases() -> dict[str, "Recommendation"]:
+    """The recommendation for each article's own setting, under the defaults of the "what to run" chapter:
+    DeepSeek-V4-Flash on the V4 article's cluster and workload (``"v4"``), DeepSeek-V3 on the V3 article's
+    (``"v3"``)."""
+    v4 = recommend("deepseek-v4-flash", **article_workload("deepseek-v4-flash"))
+    v3 = recommend("deepseek-v3", **article_setup("deepseek-v3"), **article_workload("deepseek-v3"))
+    return {"v4": v4, "v3": v3}
