@@ -256,7 +256,7 @@ def split_tradeoff(best, other, other_name: str) -> str:
     return out + "."
 
 
-def card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
+def plan_card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
     """Memory plans (:class:`pdcalc.memory.MemoryPlan`) side by side, one column per name of ``plans``:
     each part, the total, what the engine may use and what is left (negative: over budget), in
     ``unit_name`` per card, two decimals. The verdict is each plan's :meth:`~pdcalc.memory.MemoryPlan.verdict`."""

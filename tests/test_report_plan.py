@@ -1,4 +1,4 @@
-"""The plan chapter's tables and sentences (pdcalc.report: splits_table, split_tradeoff, card_memory_table,
+"""The plan chapter's tables and sentences (pdcalc.report: splits_table, split_tradeoff, plan_card_memory_table,
 weights_source, latency_targets)."""
 
 import pandas as pd
@@ -51,11 +51,11 @@ def test_split_tradeoff_of_a_split_better_on_every_count_pays_nothing():
     assert "pays" not in report.split_tradeoff(better, WHOLE, "x")
 
 
-def test_card_memory_table_parts_add_up():
+def test_plan_card_memory_table_parts_add_up():
     p = memory_plan("P", usable_bytes=55 * 2**30, capacity_bytes=61 * 2**30, weights=47.4 * 2**30, kv_cache=2**29,
                     overhead=3.5e9)
     d = memory_plan("D", usable_bytes=55 * 2**30, capacity_bytes=61 * 2**30, weights=60 * 2**30, kv_cache=0.0)
-    t = report.card_memory_table({"P card": p, "D card": d})
+    t = report.plan_card_memory_table({"P card": p, "D card": d})
     for col, plan in (("P card", p), ("D card", d)):
         parts = t.loc[[k.replace("_", " ") for k in plan.parts], col].sum()
         assert parts == pytest.approx(t.loc["total", col], abs=0.02)
