@@ -221,6 +221,17 @@ def splits_table(rows: pd.DataFrame, n: int | None = None, *, names: list[str] |
     return df
 
 
+def splits_display(df: pd.DataFrame, *, caption: str, csv_name: str):
+    """:func:`pdcalc.display.table` of a :func:`splits_table`, each split label kept on one line."""
+    import html
+
+    from pdcalc.display import table
+
+    cells = {"split": [f'<span style="white-space:nowrap">{html.escape(str(v))}</span>' for v in df["split"]]} \
+        if "split" in df else None
+    return table(df, caption=caption, csv_name=csv_name, cell_html=cells)
+
+
 def split_tradeoff(best, other, other_name: str) -> str:
     """One or two sentences: the planner's ``best`` split against ``other`` (planner rows), named
     ``other_name``: output per card, then what the best split gives up (or gains) in TTFT, TPOT, total
@@ -256,6 +267,10 @@ def split_tradeoff(best, other, other_name: str) -> str:
     return out + "."
 
 
+#: A memory part as a page names it.
+_PART_NAMES = {"kv_cache": "KV cache", "overhead": "activations and framework"}
+
+
 def plan_card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
     """Memory plans (:class:`pdcalc.memory.MemoryPlan`) side by side, one column per name of ``plans``:
     each part, the total, what the engine may use and what is left (negative: over budget), in
@@ -264,7 +279,7 @@ def plan_card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "G
 
     cols = {}
     for name, p in plans.items():
-        s = {k.replace("_", " "): v for k, v in p.parts.items()}
+        s = {_PART_NAMES.get(k, k.replace("_", " ")): v for k, v in p.parts.items()}
         s.update({"total": p.total_bytes, "usable": p.usable_bytes, "left": p.free_bytes})
         cols[name] = {k: round_decimals(v / unit, 2) for k, v in s.items()}
     df = pd.DataFrame(cols)

@@ -57,10 +57,16 @@ def test_plan_card_memory_table_parts_add_up():
     d = memory_plan("D", usable_bytes=55 * 2**30, capacity_bytes=61 * 2**30, weights=60 * 2**30, kv_cache=0.0)
     t = report.plan_card_memory_table({"P card": p, "D card": d})
     for col, plan in (("P card", p), ("D card", d)):
-        parts = t.loc[[k.replace("_", " ") for k in plan.parts], col].sum()
+        parts = t.loc[[report._PART_NAMES.get(k, k.replace("_", " ")) for k in plan.parts], col].sum()
         assert parts == pytest.approx(t.loc["total", col], abs=0.02)
         assert t.loc["usable", col] - t.loc["total", col] == pytest.approx(t.loc["left", col], abs=0.02)
     assert t.loc["left", "D card"] < 0                  # over budget shows negative
+    assert "KV cache" in t.index and "activations and framework" in t.index
+
+
+def test_splits_display_keeps_each_split_on_one_line():
+    out = report.splits_display(report.splits_table(pd.DataFrame([SMALL, WHOLE])), caption="c", csv_name="c").data
+    assert out.count('<span style="white-space:nowrap">') == 2 and "4 x P8 + 1 x D32" in out
 
 
 def test_weights_source_links_the_log_and_names_the_inventory():
