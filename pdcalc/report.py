@@ -334,3 +334,201 @@ def latency_targets(ttft_ms: float | None = None, tpot_ms: float | None = None) 
     else:
         ttft = f"TTFT at most {ttft_s:g} s" + (", as set in the parameters cell" if ttft_ms is not None else "")
     return ttft_s, tpot_s, f"{tpot[0].upper()}{tpot[1:]}. {ttft}."
+
+
+# ---------------------------------------------------------------------------------------------
+# presentation helpers of the DeepSeek-V4-Flash chapters (architecture, per_card, kv_memory,
+# transfer, pd_split): tables a reader reads, built from the functions above
+# ---------------------------------------------------------------------------------------------
+def sig_text(values, sig: int = 4) -> list[str]:
+    """Each value as text at ``sig`` significant figures, thousands separators, never in ``e`` notation.
+
+    Unlike a column printed with one number of decimals, a column whose values span several orders of
+    magnitude keeps every value readable: ``0.0007127`` and ``277.7``, not ``0.000713`` and
+    ``277.700000``. Trailing zeros after the point are dropped (``0.001``, ``24.8``); integers (and whole
+    numbers of at least ``sig`` digits) print exactly; a missing value prints as an empty string.
+
+    >>> sig_text([277.746811, 0.000712704, 1.0849, 12345.6, 0.001, 24.8, None])
+    ['277.7', '0.0007127', '1.085', '12,350', '0.001', '24.8', '']
+    """
+    import math
+
+    from pdcalc.precision import round_sig
+
+    out = []
+    for v in values:
+        if v is None or isinstance(v, str):
+            out.append("" if v is None else v)
+            continue
+        x = float(v)
+        if not math.isfinite(x):
+            out.append("")
+            continue
+        if float(x).is_integer() and abs(x) >= 10 ** (sig - 1):
+            out.append(f"{x:,.0f}")
+            continue
+        r = round_sig(x, sig)
+        if r == 0:
+            out.append("0")
+            continue
+        d = max(0, sig - 1 - math.floor(math.log10(abs(r))))
+        text = f"{r:,.{d}f}"
+        out.append(text.rstrip("0").rstrip(".") if "." in text else text)
+    return out
+
+
+def sig_table(df: pd.DataFrame, *, caption: str | None = None, csv_name: str | None = None, sig: int = 4,
+              index: bool = False):
+    """:func:`pdcalc.display.table` with every float column written value by value at ``sig``
+    significant figures (:func:`sig_text`): for columns whose values span orders of magnitude."""
+    from pdcalc.display import table
+
+    shown = df.reset_index() if index else df
+    cells = {c: sig_text(shown[c], sig) for c in shown.columns if pd.api.types.is_float_dtype(shown[c].dtype)}
+    return table(shown, caption=caption, csv_name=csv_name, sig=sig, cell_html=cells)
+
+
+def fold(obj, summary: str):
+    """An HTML output (``IPython.display.HTML``, e.g. a :func:`pdcalc.display.table`) folded into a
+    closed dropdown whose one-line ``summary`` says what it holds."""
+    import html
+
+    from IPython.display import HTML
+
+    body = obj.data if hasattr(obj, "data") else str(obj)
+    return HTML(f'<details class="pdcalc-fold"><summary>{html.escape(summary)}</summary>{body}</details>')
+
+
+def pretty_category(name: str) -> str:
+    """A category of :data:`pdcalc.inventory.CATEGORIES` as prose (``routed_experts`` -> ``routed experts``,
+    ``mhc`` -> ``mHC``, ``lm_head`` -> ``output head``)."""
+    return {"mhc": "mHC", "lm_head": "output head", "mtp_proj": "MTP projections"}.get(name, name.replace("_", " "))
+
+
+def placement_grid(n_experts: int, ep: int, redundant: int = 0, per_row: int = 8) -> pd.DataFrame:
+    """The experts each card of an EP group holds (:func:`placement_table`), ``per_row`` cards to a row:
+    the row's first card plus the column's offset is the card; a cell reads ``first ~ last``."""
+    from pdcalc.parallel import place_experts
+
+    p = place_experts(n_experts, ep, redundant)
+    ranges = p.ranges()
+    width = min(per_row, ep)
+    rows = []
+    for start in range(0, ep, width):
+        row = {"cards": f"{start}–{min(start + width, ep) - 1}" if width > 1 else f"{start}"}
+        for k in range(width):
+            row[f"+{k}"] = ranges[start + k] if start + k < ep else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def cluster_summary(deployment: dict, model: str, scheme: str, *, mtp: bool = True) -> pd.DataFrame:
+    """:func:`cluster_map` one row per server: its cards, instance, EP ranks, experts per card and the
+    range the server's cards hold, and the weights per card in GiB, with the engine's log beside pdcalc's
+    prediction where the registry has one for that layout (:func:`pdcalc.validation.logged_weights`)."""
+    from pdcalc.validation import logged_weights
+
+    m = cluster_map(deployment, model, scheme, mtp=mtp).reset_index()
+    ep = {"P": deployment["prefill_dp"] * deployment["prefill_tp"], "D": deployment["decode_dp"] * deployment["decode_tp"]}
+    rows = []
+    for server, g in m.groupby("server", sort=True):
+        role = g["role"].iloc[0]
+        n = int(g["experts"].iloc[0].split("~")[1]) - int(g["experts"].iloc[0].split("~")[0]) + 1
+        log = logged_weights(model, scheme, ep=ep[role[0]], tp=deployment[f"{'prefill' if role[0] == 'P' else 'decode'}_tp"],
+                             mtp=mtp)
+        rows.append({"server": int(server), "cards": f"{g['card'].min()}–{g['card'].max()}",
+                     "instance": ", ".join(dict.fromkeys(g["role"])),
+                     "EP ranks": f"{g['ep_rank'].min()}–{g['ep_rank'].max()}",
+                     "experts per card": n,
+                     "experts held (first card … last card)": f"{g['experts'].iloc[0]} … {g['experts'].iloc[-1]}",
+                     "weights per card, pdcalc (GiB)": float(g["weights_gib"].iloc[0]),
+                     "weights per card, engine log (GiB)": log.bytes / 2**30 if log else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def card_memory_table(cards: dict, *, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
+    """Per card: weights by category, their total, the usable memory and what is left after the weights.
+
+    ``cards`` maps a column label to ``(weights, budget)``: ``weights`` a
+    :class:`~pdcalc.memory.CardWeights` (every category shown) or a number of bytes (an engine's logged
+    total: only the total, usable and left rows), ``budget`` the :class:`~pdcalc.memory.Budget` of that
+    card with those weights. Values in ``unit``.
+    """
+    cats = [c for c in CATEGORIES if any(not isinstance(w, (int, float)) and w.by_category.get(c)
+                                         for w, _ in cards.values())]
+    cols = {}
+    for label, (w, b) in cards.items():
+        detailed = not isinstance(w, (int, float))
+        total = w.total_bytes if detailed else float(w)
+        col = {f"{pretty_category(c)}": (w.by_category.get(c, 0.0) / unit if detailed else float("nan")) for c in cats}
+        col["weights, total"] = total / unit
+        col[f"usable ({b.utilization:g} x visible memory)"] = b.usable_bytes / unit
+        col["left after weights"] = (b.usable_bytes - total) / unit
+        cols[label] = col
+    df = pd.DataFrame(cols)
+    df.index.name = f"per card ({unit_name})"
+    return df
+
+
+def pd_memory_table_logged(p_weights, d_weights, p_plan, d_plans: dict, logged_bytes: float | None,
+                           unit: float = 2**30, label: str = "P, engine-logged weights") -> pd.DataFrame:
+    """:func:`pd_memory_table` with one more column where an engine's log of the P card's weights exists:
+    the same P card with the logged weights in place of pdcalc's (class I and II unknown, left empty;
+    totals and shares follow)."""
+    df = pd_memory_table(p_weights, d_weights, p_plan, d_plans, unit)
+    if logged_bytes is None:
+        return df
+    delta = (logged_bytes - p_weights.total_bytes) / unit
+    col = pd.Series(float("nan"), index=df.index)
+    for row in df.index:
+        if row.startswith(("class I", "class II")):
+            continue
+        if row == "weights":
+            col[row] = logged_bytes / unit
+        elif row.startswith("total"):
+            col[row] = df.loc[row, "P"] + delta
+        elif row.startswith("share of capacity"):
+            col[row] = df.loc[row, "P"] + 100 * delta * unit / p_plan.capacity_bytes
+        else:
+            col[row] = df.loc[row, "P"]
+    df.insert(1, label, col)
+    return df
+
+
+def dp_sweep_table(side: str, sizes, *, model: str, quant: str, card, engine: str, mtp: bool, utilization: float,
+                   activation_bytes: float, framework_bytes: float, context: int, p_cards: int) -> pd.DataFrame:
+    """The V4 article's dp-size decision tree (§8.3) as a sweep: for each dp size of ``side`` ("P" or "D"),
+    experts per card, the article's weights and KV room (its shapes at 1 B per parameter, GB as it prints
+    them) and the real ones (``model`` in ``quant``, GiB); on P the instances the ``p_cards`` cards make and
+    the engine's logged weights where a log of that layout exists; on D the sequences of ``context`` tokens
+    whose cache fits per card, by the article's 44 KB per token and by ``engine``'s layout."""
+    from pdcalc.audit import budgets
+    from pdcalc.audit.per_card import article_card
+    from pdcalc.kv_cache import article_kv_bytes, sequences_that_fit
+    from pdcalc.memory import budget, ep_sweep
+    from pdcalc.validation import logged_weights
+
+    s = side.lower()
+    real = ep_sweep(model, quant, card, sizes, mtp=mtp, utilization=utilization, activation_bytes=activation_bytes,
+                    framework_bytes=framework_bytes)
+    rows = []
+    for n, r in zip(sizes, real.itertuples()):
+        art_room = budgets.article_plan(s, 0.0, ep=n).room_bytes()
+        row = {"dp": int(n), "experts per card": int(r.experts_per_card),
+               "article weights (GB)": article_card(n).total_bytes / 1e9, "article KV room (GB)": art_room / 1e9,
+               "real weights (GiB)": r.weights_bytes / 2**30, "real KV room (GiB)": r.kv_room_bytes / 2**30}
+        if s == "p":
+            log = logged_weights(model, quant, ep=int(n), mtp=mtp)
+            b = (budget(card, log.bytes, utilization=utilization, activation_bytes=activation_bytes,
+                        overhead_bytes=framework_bytes) if log else None)
+            row["logged weights (GiB)"] = log.bytes / 2**30 if log else float("nan")
+            row["KV room with logged weights (GiB)"] = b.kv_bytes / 2**30 if b else float("nan")
+            row["instances"] = p_cards // int(n)
+        else:
+            row["article seqs at context"] = max(0, int(art_room // article_kv_bytes(context, budgets.kb_per_token())))
+            row["real seqs at context"] = int(sequences_that_fit(max(0.0, r.kv_room_bytes), context, model, engine))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if s == "p" and df["logged weights (GiB)"].isna().all():
+        df = df.drop(columns=["logged weights (GiB)", "KV room with logged weights (GiB)"])
+    return df
