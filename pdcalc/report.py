@@ -532,3 +532,48 @@ def dp_sweep_table(side: str, sizes, *, model: str, quant: str, card, engine: st
     if s == "p" and df["logged weights (GiB)"].isna().all():
         df = df.drop(columns=["logged weights (GiB)", "KV room with logged weights (GiB)"])
     return df
+
+
+# ---------------------------------------------------------------------------------------------
+# tables with links, and the throughput model against published runs (v3_throughput, validation)
+# ---------------------------------------------------------------------------------------------
+def linked_table(df: pd.DataFrame, *, caption: str, csv_name: str, links: dict | None = None,
+                 nowrap: tuple = (), index: bool = False):
+    """:func:`pdcalc.display.table` whose cells in the columns of ``links`` link to a URL (``links`` maps a
+    column to one URL or ``None`` per row; the CSV keeps the text), and whose ``nowrap`` columns keep
+    each cell on one line."""
+    import html
+
+    from pdcalc.display import table
+
+    shown = df.reset_index() if index else df
+    cells = {}
+    for col in set(links or {}) | set(nowrap):
+        texts = [html.escape("" if v is None or (isinstance(v, float) and v != v) else str(v)) for v in shown[col]]
+        urls = (links or {}).get(col) or [None] * len(texts)
+        style = ' style="white-space:nowrap"' if col in nowrap else ""
+        cells[col] = [f'<a href="{html.escape(u)}"{style}>{t}</a>' if u else f"<span{style}>{t}</span>"
+                      for t, u in zip(texts, urls)]
+    return table(shown, caption=caption, csv_name=csv_name, cell_html=cells)
+
+
+def measurement_urls(ids) -> list:
+    """The source URL of each measurement id of the registry (``None`` where it has none)."""
+    from pdcalc import measurements
+
+    return [measurements.get(i).url for i in ids]
+
+
+def published_runs_table(pub: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.throughput.compare_published` as a page shows it: the measurement, its phase and card,
+    predicted and measured output in tokens/s per card (whole tokens), their ratio (two decimals), what
+    bounds the predicted step and the conditions each row assumes."""
+    from pdcalc.precision import round_decimals
+
+    return pd.DataFrame({
+        "measurement": pub["measurement"].to_numpy(), "phase": pub["phase"].to_numpy(),
+        "card": pub["card"].to_numpy(),
+        "predicted (tokens/s per card)": round_decimals(pub["predicted_tokens_per_s_per_card"].to_numpy(float), 0),
+        "measured (tokens/s per card)": round_decimals(pub["measured_tokens_per_s_per_card"].to_numpy(float), 0),
+        "predicted / measured": round_decimals(pub["ratio"].to_numpy(float), 2),
+        "bound": pub["bound"].astype(str).to_numpy(), "conditions": pub["conditions"].to_numpy()})

@@ -87,3 +87,27 @@ def test_latency_targets_default_to_the_published_service_level():
 def test_latency_targets_given_by_the_reader():
     ttft_s, tpot_s, text = report.latency_targets(2000, 30)
     assert (ttft_s, tpot_s) == (2.0, 0.03) and text.count("as set in the parameters cell") == 2
+
+
+def test_linked_table_links_cells_and_keeps_the_text_in_the_csv():
+    import base64
+    import re
+
+    df = pd.DataFrame({"measurement": ["a-b", "c"], "x": [1.5, 2.25]})
+    out = report.linked_table(df, caption="t", csv_name="t", links={"measurement": ["https://e.org/1", None]},
+                              nowrap=("measurement",)).data
+    assert '<a href="https://e.org/1" style="white-space:nowrap">a-b</a>' in out
+    assert '<span style="white-space:nowrap">c</span>' in out
+    csv = base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", out).group(1)).decode()
+    assert csv.splitlines()[1].startswith("a-b,") and "href" not in csv
+
+
+def test_published_runs_table_keeps_every_run_with_its_ratio():
+    from pdcalc import throughput as tput
+
+    pub = tput.compare_published("deepseek-v3")
+    t = report.published_runs_table(pub)
+    assert len(t) == len(pub) and t.columns[0] == "measurement"
+    ratio = t["predicted (tokens/s per card)"] / t["measured (tokens/s per card)"]
+    assert ratio.to_numpy() == pytest.approx(t["predicted / measured"].to_numpy(), abs=0.01)
+    assert all(u and u.startswith("https://") for u in report.measurement_urls(t["measurement"]))
