@@ -424,7 +424,7 @@ def placement_grid(n_experts: int, ep: int, redundant: int = 0, per_row: int = 8
 
 def cluster_summary(deployment: dict, model: str, scheme: str, *, mtp: bool = True) -> pd.DataFrame:
     """:func:`cluster_map` one row per server: its cards, instance, EP ranks, experts per card and the
-    range the server's cards hold, and the weights per card in GiB, with the engine's log beside pdcalc's
+    experts of each layer the server's cards hold together (``first ~ last``), and the weights per card in GiB, with the engine's log beside pdcalc's
     prediction where the registry has one for that layout (:func:`pdcalc.validation.logged_weights`)."""
     from pdcalc.validation import logged_weights
 
@@ -440,7 +440,8 @@ def cluster_summary(deployment: dict, model: str, scheme: str, *, mtp: bool = Tr
                      "instance": ", ".join(dict.fromkeys(g["role"])),
                      "EP ranks": f"{g['ep_rank'].min()}–{g['ep_rank'].max()}",
                      "experts per card": n,
-                     "experts held (first card … last card)": f"{g['experts'].iloc[0]} … {g['experts'].iloc[-1]}",
+                     "experts of each layer on the server": f"{g['experts'].iloc[0].split('~')[0].strip()} ~ "
+                                                            f"{g['experts'].iloc[-1].split('~')[1].strip()}",
                      "weights per card, pdcalc (GiB)": float(g["weights_gib"].iloc[0]),
                      "weights per card, engine log (GiB)": log.bytes / 2**30 if log else float("nan")})
     return pd.DataFrame(rows)
