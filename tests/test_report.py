@@ -145,3 +145,13 @@ def test_dp_sweep_table_the_log_at_its_layout_and_capacity_grows_with_dp():
     d = report.dp_sweep_table("D", [8, 16, 32, 64], **common)
     assert "logged weights (GiB)" not in d.columns
     assert (np.diff(d["real seqs at context"]) >= 0).all() and (np.diff(d["article seqs at context"]) >= 0).all()
+
+
+def test_cluster_summary_experts_of_a_server_are_its_cards_ranges_joined():
+    s = report.cluster_summary(get_deployment("v4-flash-910b-pd"), V4, "w8a8")
+    full = report.cluster_map(get_deployment("v4-flash-910b-pd"), V4, "w8a8")
+    for _, row in s.iterrows():
+        held = full[full["server"] == row["server"]]["experts"]
+        lo, hi = (int(x) for x in row["experts of each layer on the server"].split("~"))
+        assert (lo, hi) == (int(held.iloc[0].split("~")[0]), int(held.iloc[-1].split("~")[1]))
+        assert hi - lo + 1 == row["experts per card"] * len(held)     # contiguous blocks, no overlap
