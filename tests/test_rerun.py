@@ -88,15 +88,18 @@ def glued(nb) -> dict:
     return out
 
 
-def table_rows(nb, marker: str) -> dict[str, list[float]]:
-    """The ``text/plain`` table of the cell whose source holds ``marker``: row label -> numbers."""
+def table_rows(nb, marker: str) -> dict[str, dict[str, float]]:
+    """The ``pdcalc.display`` table of the cell whose source holds ``marker``, read from its CSV download:
+    row label -> {column: number} (empty cells left out)."""
+    import base64
+    import csv
+    import io
+
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and marker in c.source]
-    text = cell.outputs[-1]["data"]["text/plain"]
-    rows = {}
-    for line in text.splitlines()[2:]:
-        label, *numbers = re.split(r"\s{2,}", line.strip())
-        rows[label] = [float(x) for x in numbers]
-    return rows
+    html = cell.outputs[-1]["data"]["text/html"]
+    data = base64.b64decode(re.search(r'href="data:text/csv;charset=utf-8;base64,([^"]+)"', html).group(1))
+    header, *body = csv.reader(io.StringIO(data.decode("utf-8")))
+    return {row[0]: {col: float(v.replace(",", "")) for col, v in zip(header[1:], row[1:]) if v} for row in body}
 
 
 def chart_html(nb) -> str:
@@ -370,16 +373,18 @@ def test_new_card_and_decode_ep_change_the_tables_and_the_chart(changed_run):
     (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert 'card = "ascend-910b4-32g"' in injected.source and "d_ep = 16" in injected.source
 
-    old, new = table_rows(committed, 'table.loc["usable memory"]'), table_rows(nb, 'table.loc["usable memory"]')
-    assert new["routed_experts"][0] == old["routed_experts"][0]            # P column: same EP8 on P
-    assert new["routed_experts"][1] == pytest.approx(2 * old["routed_experts"][1], abs=2e-3)  # D: 16 not 8 experts
-    assert new["total"][1] > old["total"][1]
-    assert new["usable memory"][0] < old["usable memory"][0]               # a 32 GB card
+    # the per-card memory table, in GiB: P and D as pdcalc predicts them (and the engine's log of the P layout)
+    old, new = table_rows(committed, "card_memory_table("), table_rows(nb, "card_memory_table(")
+    P, D, usable_row = "P card, pdcalc", "D card, pdcalc", "usable (0.9 x visible memory)"
+    assert new["routed experts"][P] == old["routed experts"][P]            # P column: same EP8 on P
+    assert new["routed experts"][D] == pytest.approx(2 * old["routed experts"][D], rel=2e-3)  # D: 16 not 8 experts
+    assert new["weights, total"][D] > old["weights, total"][D]
+    assert new[usable_row][P] < old[usable_row][P]                         # a 32 GB card
     d_weights = card_weights("deepseek-v4-flash", "w8a8", ep=16, mtp=True)
     usable = budget("ascend-910b4-32g", d_weights.total_bytes, utilization=0.9).usable_bytes
     # chapters round what they print to 4 significant figures (pdcalc.precision)
-    assert new["usable memory"][1] == pytest.approx(usable / 1e9, rel=1e-3)
-    assert new["total"][1] == pytest.approx(d_weights.total_bytes / 1e9, rel=1e-3)
+    assert new[usable_row][D] == pytest.approx(usable / 2**30, rel=1e-3)
+    assert new["weights, total"][D] == pytest.approx(d_weights.total_bytes / 2**30, rel=1e-3)
 
     g_old, g_new = glued(committed), glued(nb)
     assert g_new["d_experts"] == place_experts(256, 16).max_experts_per_card == 16 and g_old["d_experts"] == 8
