@@ -578,3 +578,94 @@ def published_runs_table(pub: pd.DataFrame) -> pd.DataFrame:
         "measured (tokens/s per card)": round_decimals(pub["measured_tokens_per_s_per_card"].to_numpy(float), 0),
         "predicted / measured": round_decimals(pub["ratio"].to_numpy(float), 2),
         "bound": pub["bound"].astype(str).to_numpy(), "conditions": pub["conditions"].to_numpy()})
+
+
+# ---------------------------------------------------------------------------------------------
+# the validation chapter: predictions beside measurements, errata in brief
+# ---------------------------------------------------------------------------------------------
+def validation_display(shown: pd.DataFrame, *, caption: str, csv_name: str):
+    """:func:`pdcalc.validation.show` rows as a page shows them: a table that fits the column (the
+    measurement linked to its source, the layout, measured, predicted, their ratio and the band it is
+    held to) and, folded under it, each measurement's quote and locator."""
+    from IPython.display import HTML
+
+    s = shown.reset_index()
+    value_cols = [c for c in s.columns if c.startswith(("measured (", "predicted ("))]
+    main = s[["measurement", "layout", *value_cols, "predicted / measured", "band"]]
+    urls = measurement_urls(main["measurement"])
+    quotes = s[["measurement", "quote", "source"]]
+    body = linked_table(main, caption=caption, csv_name=csv_name, links={"measurement": urls}).data
+    folded = fold(linked_table(quotes, caption=f"{caption}: what each source says", csv_name=f"{csv_name}-quotes",
+                               links={"measurement": urls}),
+                  f"the quote{'s' if len(quotes) > 1 else ''} and where to find {'them' if len(quotes) > 1 else 'it'}")
+    return HTML(body + folded.data)
+
+
+def candidates_brief(candidates: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.validation.candidates_table` with the columns a reader compares: measurement,
+    candidate layout, predicted GiB, predicted / measured (three decimals), whether the source allows it
+    and whether it is the one chosen."""
+    from pdcalc.precision import round_decimals
+
+    c = candidates.reset_index()
+    return pd.DataFrame({"measurement": c["measurement"], "candidate": c["candidate"],
+                         "predicted (GiB)": round_decimals(c["predicted (GiB)"].to_numpy(float), 2),
+                         "predicted / measured": round_decimals(c["ratio"].to_numpy(float), 3),
+                         "the source allows it": c["consistent"].astype(bool), "chosen": c["chosen"].astype(bool)})
+
+
+def budgets_by_part(budgets: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.validation.kv_budget_table` turned to one row per part (GiB, two decimals; the
+    utilization as a fraction), one column per startup log."""
+    from pdcalc.precision import round_decimals
+
+    t = budgets.T
+    t.index.name = "part"
+    return t.map(lambda v: round_decimals(float(v), 2)).reset_index()
+
+
+def articles_measured_gib(arts: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.validation.articles_vs_measurements` in GiB, the unit the engines report (what the
+    article prints kept as printed, in its own unit), ratios to two decimals."""
+    from pdcalc.precision import round_decimals
+
+    a = arts.reset_index()
+    out = pd.DataFrame({"quantity": a["quantity"], "article prints": a["article prints"]})
+    for col in ("article", "pdcalc", "measured"):
+        out[f"{col} (GiB)"] = round_decimals((a[f"{col} (GB)"] * 1e9 / 2**30).to_numpy(float), 2)
+    out["article / measured"] = round_decimals(a["article / measured"].to_numpy(float), 2)
+    out["pdcalc / measured"] = round_decimals(a["pdcalc / measured"].to_numpy(float), 2)
+    out["measurement"] = a["measurement"]
+    return out
+
+
+def errata_brief(page: str | None = None):
+    """The errata of :func:`pdcalc.errata.errata_table` in a table that fits the column: rank, severity
+    (coloured), where (article and section), the quantity linked to the row of the audit that judges it
+    (:func:`pdcalc.claims.pages`, :func:`pdcalc.claims.anchor`), what the article prints, what the
+    official model and engine give, and what it changes. ``page``: the page it is shown on (a link to a
+    row of that page stays on it)."""
+    import html
+
+    from IPython.display import HTML
+
+    from pdcalc import claims
+    from pdcalc.display import table, verdict_badge
+    from pdcalc.errata import errata_table
+
+    t = errata_table().reset_index()
+    homes = claims.pages()
+    df = pd.DataFrame({"#": t["rank"], "severity": t["severity"],
+                       "where": [f"{a.upper()} §{s}" for a, s in zip(t["article"], t["section"])],
+                       "quantity": t["quantity"], "the article prints": t["printed"],
+                       "official model / engine": t["official model / engine"], "what it changes": t["what it changes"]})
+    links = []
+    for cid, q in zip(t["id"], t["quantity"]):
+        home = homes.get(cid)
+        href = (f"#{claims.anchor(cid)}" if home == page else f"{home}.html#{claims.anchor(cid)}") if home else None
+        links.append(f'<a href="{href}">{html.escape(q)}</a>' if href else html.escape(q))
+    cells = {"severity": [verdict_badge("erratum", s).replace("erratum · ", "") for s in t["severity"]],
+             "quantity": links,
+             "where": [f'<span style="white-space:nowrap">{html.escape(w)}</span>' for w in df["where"]]}
+    return HTML(table(df, caption="the articles' most consequential errata, most severe first",
+                      csv_name="errata", cell_html=cells).data)

@@ -111,3 +111,52 @@ def test_published_runs_table_keeps_every_run_with_its_ratio():
     ratio = t["predicted (tokens/s per card)"] / t["measured (tokens/s per card)"]
     assert ratio.to_numpy() == pytest.approx(t["predicted / measured"].to_numpy(), abs=0.01)
     assert all(u and u.startswith("https://") for u in report.measurement_urls(t["measurement"]))
+
+
+# ---- the validation chapter's tables
+def test_validation_display_links_each_measurement_and_folds_the_quotes():
+    from pdcalc import validation as V
+
+    df = V.table()
+    shown = V.show(df, "weight_memory_per_card")
+    out = report.validation_display(shown, caption="weights", csv_name="w").data
+    assert out.count("<details") == 1 and "quote" in out
+    for mid, url in zip(shown.index, report.measurement_urls(shown.index)):
+        assert f'href="{url}"' in out and mid in out
+
+
+def test_candidates_brief_keeps_every_candidate_and_the_chosen_ones():
+    from pdcalc import validation as V
+
+    c = V.candidates_table()
+    b = report.candidates_brief(c)
+    assert len(b) == len(c) and b["chosen"].sum() == c["chosen"].sum()
+    assert list(b.columns[:2]) == ["measurement", "candidate"]
+
+
+def test_budgets_by_part_has_one_column_per_log():
+    from pdcalc import validation as V
+
+    kb = V.kv_budget_table()
+    t = report.budgets_by_part(kb)
+    assert list(t.columns) == ["part", *kb.index] and len(t) == kb.shape[1]
+
+
+def test_articles_measured_in_gib():
+    from pdcalc import validation as V
+
+    arts = V.articles_vs_measurements(V.table())
+    t = report.articles_measured_gib(arts)
+    assert t["measured (GiB)"].to_numpy() == pytest.approx((arts["measured (GB)"] * 1e9 / 2**30).to_numpy(), abs=0.01)
+    assert not any(c.endswith("(GB)") for c in t.columns)
+
+
+def test_errata_brief_links_each_erratum_to_its_audit_row():
+    from pdcalc import claims
+    from pdcalc.errata import ERRATA
+
+    out = report.errata_brief("validation").data
+    homes = claims.pages()
+    for e in ERRATA:
+        assert f'href="{homes[e.claim_id]}.html#{claims.anchor(e.claim_id)}"' in out
+    assert out.count("<tr") == len(ERRATA) + 1
