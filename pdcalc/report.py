@@ -594,7 +594,7 @@ def validation_display(shown: pd.DataFrame, *, caption: str, csv_name: str):
     main = s[["measurement", "layout", *value_cols, "predicted / measured", "band"]]
     urls = measurement_urls(main["measurement"])
     quotes = s[["measurement", "quote", "source"]]
-    body = linked_table(main, caption=caption, csv_name=csv_name, links={"measurement": urls}).data
+    body = linked_table(main, caption=caption, csv_name=csv_name, links={"measurement": urls}, nowrap=("band",)).data
     folded = fold(linked_table(quotes, caption=f"{caption}: what each source says", csv_name=f"{csv_name}-quotes",
                                links={"measurement": urls}),
                   f"the quote{'s' if len(quotes) > 1 else ''} and where to find {'them' if len(quotes) > 1 else 'it'}")
