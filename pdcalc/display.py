@@ -83,11 +83,12 @@ def _header(name) -> str:
 
 def table_html(df: pd.DataFrame, *, index: bool = False, sig: int = SIG, caption: str | None = None,
                csv_name: str | None = None, numeric_right: bool = True, row_ids: list[str] | None = None,
-               cell_html: dict[str, list[str]] | None = None) -> str:
+               cell_html: dict[str, list[str]] | None = None, min_widths: dict[str, str] | None = None) -> str:
     """The HTML of :func:`table` (a string).
 
     ``row_ids`` gives each row an ``id`` (an anchor a link can point to); ``cell_html`` replaces the text
-    of a column by ready HTML (e.g. a coloured verdict), one string per row.
+    of a column by ready HTML (e.g. a coloured verdict), one string per row; ``min_widths`` gives a column a
+    CSS minimum width (a column of sentences that the browser would otherwise squeeze into a tall strip).
     """
     shown = tidy(df.reset_index() if index else df, sig)
     cols = list(shown.columns)
@@ -98,8 +99,10 @@ def table_html(df: pd.DataFrame, *, index: bool = False, sig: int = SIG, caption
     parts.append('<table class="dataframe pdcalc">')
     if caption:
         parts.append(f"<caption>{html.escape(caption)}</caption>")
+    widths = min_widths or {}
     parts.append("<thead><tr>" + "".join(
-        f'<th style="text-align:{"right" if numeric[c] and numeric_right else "left"}">{_header(c)}</th>' for c in cols)
+        f'<th style="text-align:{"right" if numeric[c] and numeric_right else "left"}'
+        f'{f";min-width:{widths[c]}" if c in widths else ""}">{_header(c)}</th>' for c in cols)
         + "</tr></thead><tbody>")
     for i in range(len(shown)):
         rid = f' id="{html.escape(row_ids[i])}"' if row_ids else ""
@@ -201,7 +204,7 @@ def audit(ids: list[str], *, page: str | None = None, csv_name: str | None = Non
 
     def block(rows: pd.DataFrame, name: str | None) -> str:
         df = rows[list(cols)].rename(columns=cols)
-        return table_html(df, numeric_right=False, csv_name=name,
+        return table_html(df, numeric_right=False, csv_name=name, min_widths={"why": "24em", "quantity": "10em"},
                           row_ids=[claims.anchor(c) for c in rows["id"]],
                           cell_html={"verdict": [verdict_badge(v, s) for v, s in zip(rows["verdict"], rows["severity"])],
                                      "why": list(rows["why_html"])})
