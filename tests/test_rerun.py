@@ -222,7 +222,7 @@ def test_validate_converts_and_resolves(tmp_path, monkeypatch):
     ("transfer", {"measurement": "nope"}, rr.ParameterError, "unknown transfer measurement 'nope'"),
     ("transfer", {"bandwidth_gb_s": 0}, rr.ParameterError, "'bandwidth_gb_s': must be a finite number in 0.001..1,000,000 (GB/s), got 0"),
     ("transfer", {"mfu": 0}, rr.ParameterError, "'mfu': must be a finite number in (0, 1]"),
-    ("no_such_chapter", {}, UnknownNameError, "unknown chapter 'no_such_chapter'; known: architecture, kv_memory"),
+    ("no_such_chapter", {}, UnknownNameError, "unknown chapter 'no_such_chapter'; known: architecture, hardware, intro, kv_memory"),
     # values that used to pass, run the chapter and fail there (exit 1): now refused before anything runs
     ("v3_throughput", {"other_card": "tpu-v5"}, rr.ParameterError, "parameter 'other_card': unknown card 'tpu-v5'"),
     ("v3_throughput", {"other_quant": "int3"}, rr.ParameterError,
@@ -392,8 +392,8 @@ def test_new_card_and_decode_ep_change_the_tables_and_the_chart(changed_run):
     assert g_new["p_experts"] == g_old["p_experts"]
 
     chart_old, chart_new = chart_html(committed), chart_html(nb)
-    assert '{"ep": 32, "label": "D"}' in chart_old and '{"ep": 16, "label": "D"}' in chart_new
-    rule = re.compile(r'\{"y": ([0-9.]+), "label": "usable memory"\}')
+    assert '{"ep": 32, "label": "D (EP 32)"}' in chart_old and '{"ep": 16, "label": "D (EP 16)"}' in chart_new
+    rule = re.compile(r'\{"y": ([0-9.]+), "ep": \d+\}')  # the usable-memory rule, labelled at the largest EP
     assert float(rule.search(chart_new).group(1)) == pytest.approx(usable / 2**30, rel=1e-3)
     assert float(rule.search(chart_new).group(1)) < float(rule.search(chart_old).group(1))
 
@@ -404,7 +404,7 @@ def test_html_page_is_standalone_and_offline(changed_run):
     page = (changed_run / "per_card.html").read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>")
     # the chart: its spec with the run's data, and Altair's loader
-    assert "https://vega.github.io/schema/vega-lite/" in page and '{"ep": 16, "label": "D"}' in page
+    assert "https://vega.github.io/schema/vega-lite/" in page and '{"ep": 16, "label": "D (EP 16)"}' in page
     assert "vegaEmbed(outputDiv, spec, embedOpt)" in page
     # the libraries inline, announced to Altair's loader so that it loads nothing
     assert "window.VEGA_DEBUG = Object.assign(" in page and '"vegalite_version": "' in page
