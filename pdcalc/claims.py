@@ -91,6 +91,25 @@ def pages() -> dict[str, str]:
     return out
 
 
+def homes() -> dict[str, tuple[str, str]]:
+    """Claim id -> (page, claim id) of the row that first gives its quantity's verdict in the book.
+
+    A quantity printed several times (``same_as``) is judged once; its home is the earliest page, in the
+    book's order, that shows any of its occurrences, and the row is that occurrence's.
+    """
+    first = pages()
+    order = {page: i for i, (_, page) in enumerate(CHAPTER_PAGES)}
+    f = frame()
+    root = {cid: (same or cid) for cid, same in zip(f["id"], f["same_as"])}
+    best: dict[str, tuple[int, str]] = {}
+    for cid in f["id"]:  # article order
+        if cid in first:
+            key = (order[first[cid]], cid)
+            if root[cid] not in best or key[0] < best[root[cid]][0]:
+                best[root[cid]] = key
+    return {cid: (first[best[r][1]], best[r][1]) for cid, r in root.items() if r in best}
+
+
 def anchor(claim_id: str) -> str:
     """The HTML id of a claim's row in its page's audit table (``claim-v4-6-1-kv-conservative``)."""
     return "claim-" + re.sub(r"[^a-z0-9]+", "-", claim_id.lower()).strip("-")

@@ -174,9 +174,10 @@ def audit(ids: list[str], *, page: str | None = None, csv_name: str | None = Non
     """A chapter's audit of the articles' numbers ``ids``, as a reader needs it:
 
     - errata first, most severe first, then rounding slips, each row anchored (:func:`pdcalc.claims.anchor`)
-      so other pages can link to it, its verdict coloured;
+      so other pages can link to it, its verdict coloured, its explanation on a line of its own under it (so
+      the table fits the column);
     - a number whose verdict another page gives first (``page`` is this chapter's, see
-      :func:`pdcalc.claims.pages`) points there instead of repeating the explanation;
+      :func:`pdcalc.claims.homes`) points there instead of repeating the explanation;
     - the matches folded into a dropdown.
     """
     from IPython.display import HTML
@@ -184,39 +185,54 @@ def audit(ids: list[str], *, page: str | None = None, csv_name: str | None = Non
     from pdcalc import claims
 
     t = claims.audit_table(ids=ids).reset_index()
-    first = claims.pages()
-    frame = claims.frame(ids=ids).set_index("id")
+    homes = claims.homes()
     why = []
     for cid, text in zip(t["id"], t["why"]):
-        root = frame.loc[cid, "same_as"] or cid
-        home = first.get(root) or first.get(cid)
-        if page and home and home != page:
-            sec = claims.get_claim(root).section
-            why.append(f'Judged in <a href="{home}.html#{claims.anchor(root)}">{home.replace("_", " ")} '
-                       f"(§{html.escape(sec)})</a>.")
+        home = homes.get(cid)
+        if page and home and home[0] != page:
+            sec = claims.get_claim(home[1]).section
+            why.append(f'Judged in <a href="{home[0]}.html#{claims.anchor(home[1])}">'
+                       f'{html.escape(home[0].replace("_", " "))} (§{html.escape(sec)})</a>.')
         else:
             why.append(html.escape(text or ""))
     t = t.assign(why_html=why)
     shown = t[t["verdict"].isin(["erratum", "rounding", "pending"])]
     folded = t[t["verdict"].isin(["match", "input"])]
-    cols = {"section": "§", "quantity": "quantity", "article": "article prints", "recomputed": "recomputed",
-            "verdict": "verdict", "why": "why"}
-
-    def block(rows: pd.DataFrame, name: str | None) -> str:
-        df = rows[list(cols)].rename(columns=cols)
-        return table_html(df, numeric_right=False, csv_name=name, min_widths={"why": "24em", "quantity": "10em"},
-                          row_ids=[claims.anchor(c) for c in rows["id"]],
-                          cell_html={"verdict": [verdict_badge(v, s) for v, s in zip(rows["verdict"], rows["severity"])],
-                                     "why": list(rows["why_html"])})
-
     name = csv_name or (f"audit-{page}" if page else "audit")
     out = [f'<p class="pdcalc-tally">{html.escape(tally(ids))}</p>']
     if len(shown):
-        out.append(block(shown, name + "-errata"))
+        out.append(_audit_table(shown, name + "-errata"))
     if len(folded):
         out.append(f"<details><summary>{len(folded):,} numbers that match their recomputation</summary>"
-                   + block(folded.assign(why_html=""), name + "-matches") + "</details>")
+                   + _audit_table(folded.assign(why_html=""), name + "-matches") + "</details>")
     return HTML("".join(out))
+
+
+#: The audit's columns: key in :func:`pdcalc.claims.audit_table` -> header.
+_AUDIT_COLUMNS = {"section": "§", "quantity": "quantity", "article": "article prints", "recomputed": "recomputed",
+                  "verdict": "verdict"}
+
+
+def _audit_table(rows: pd.DataFrame, csv_name: str) -> str:
+    """Audit rows as a table: one row per number, its explanation on a full-width line under it."""
+    from pdcalc import claims
+
+    cols = list(_AUDIT_COLUMNS)
+    head = "".join(f'<th style="text-align:left">{html.escape(h)}</th>' for h in _AUDIT_COLUMNS.values())
+    body = []
+    for r in rows.to_dict("records"):
+        cells = "".join(f'<td style="text-align:left">{html.escape(str(r[c]))}</td>' for c in cols[:-1])
+        cells += f'<td style="text-align:left">{verdict_badge(r["verdict"], r["severity"])}</td>'
+        body.append(f'<tr id="{claims.anchor(r["id"])}">{cells}</tr>')
+        if r["why_html"]:
+            body.append(f'<tr class="pdcalc-why"><td></td><td colspan="{len(cols) - 1}" '
+                        f'style="text-align:left;font-size:0.92em">{r["why_html"]}</td></tr>')
+    csv = rows[cols + ["why"]].rename(columns={**_AUDIT_COLUMNS, "why": "why"}).to_csv(index=False).encode("utf-8")
+    name = slug(csv_name) + ".csv"
+    href = "data:text/csv;charset=utf-8;base64," + base64.b64encode(csv).decode("ascii")
+    return (f'<div class="{SCROLL_CLASS}" style="overflow-x:auto;max-width:100%"><table class="dataframe pdcalc">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            f'<p class="pdcalc-csv"><a download="{name}" href="{href}">download {name}</a></p></div>')
 
 
 def inputs(sections: dict[str, tuple[str, ...]], *, csv_name: str = "inputs"):

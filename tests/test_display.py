@@ -73,15 +73,22 @@ def test_audit_leads_with_errata_anchors_rows_and_folds_matches():
 
 def test_audit_points_to_the_page_that_first_judged_a_repeat():
     from pdcalc import claims
-    from pdcalc.audit import pd_split
     from pdcalc.display import audit
 
-    ids = claims.chapter_ids(pd_split)
-    pages = claims.pages()
+    ids = claims.chapter_ids(pd_split_module())
+    homes = claims.homes()
+    order = [p for _, p in claims.CHAPTER_PAGES]
     h = audit(ids, page="pd_split").data
-    elsewhere = [c for c in ids if pages.get(claims.get_claim(c).same_as or c, "pd_split") != "pd_split"
-                 and claims.get_claim(c).verdict in ("erratum", "rounding")]
+    elsewhere = [c for c in ids if homes[c][0] != "pd_split" and claims.get_claim(c).verdict in ("erratum", "rounding")]
     assert elsewhere, "pd_split repeats verdicts given in earlier chapters"
     for c in elsewhere:
-        root = claims.get_claim(c).same_as or c
-        assert f'href="{pages[root]}.html#{claims.anchor(root)}"' in h
+        page, row = homes[c]
+        assert f'href="{page}.html#{claims.anchor(row)}"' in h
+        assert order.index(page) < order.index("pd_split")  # a repeat points back, never forward
+    assert h.count('class="pdcalc-why"') >= len(elsewhere)  # explanations on a line of their own
+
+
+def pd_split_module():
+    from pdcalc.audit import pd_split
+
+    return pd_split
