@@ -35,6 +35,7 @@ conclusion), ``cosmetic`` (a unit label or rounding presentation).
 from __future__ import annotations
 
 import math
+from functools import cache
 import re
 
 import pandas as pd
@@ -80,15 +81,20 @@ CHAPTER_PAGES = (("architecture", "architecture"), ("per_card", "per_card"), ("b
                  ("mooncake", "transfer"), ("pd_split", "pd_split"), ("v3_deploy", "v3_article"))
 
 
-def pages() -> dict[str, str]:
-    """Claim id -> the page (``book/<page>.ipynb``) whose audit table first gives its verdict."""
+@cache
+def _pages() -> tuple[tuple[str, str], ...]:
     import importlib
 
     out: dict[str, str] = {}
     for module, page in CHAPTER_PAGES:
         for cid in chapter_ids(importlib.import_module(f"pdcalc.audit.{module}")):
             out.setdefault(cid, page)
-    return out
+    return tuple(out.items())
+
+
+def pages() -> dict[str, str]:
+    """Claim id -> the page (``book/<page>.ipynb``) whose audit table first gives its verdict."""
+    return dict(_pages())
 
 
 def homes() -> dict[str, tuple[str, str]]:
@@ -97,6 +103,11 @@ def homes() -> dict[str, tuple[str, str]]:
     A quantity printed several times (``same_as``) is judged once; its home is the earliest page, in the
     book's order, that shows any of its occurrences, and the row is that occurrence's.
     """
+    return dict(_homes())
+
+
+@cache
+def _homes() -> tuple[tuple[str, tuple[str, str]], ...]:
     first = pages()
     order = {page: i for i, (_, page) in enumerate(CHAPTER_PAGES)}
     f = frame()
@@ -107,7 +118,7 @@ def homes() -> dict[str, tuple[str, str]]:
             key = (order[first[cid]], cid)
             if root[cid] not in best or key[0] < best[root[cid]][0]:
                 best[root[cid]] = key
-    return {cid: (first[best[r][1]], best[r][1]) for cid, r in root.items() if r in best}
+    return tuple((cid, (first[best[r][1]], best[r][1])) for cid, r in root.items() if r in best)
 
 
 def anchor(claim_id: str) -> str:

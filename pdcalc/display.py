@@ -186,11 +186,12 @@ def audit(ids: list[str], *, page: str | None = None, csv_name: str | None = Non
 
     t = claims.audit_table(ids=ids).reset_index()
     homes = claims.homes()
+    section = {c.id: c.section for c in claims.claims()}
     why = []
     for cid, text in zip(t["id"], t["why"]):
         home = homes.get(cid)
         if page and home and home[0] != page:
-            sec = claims.get_claim(home[1]).section
+            sec = section[home[1]]
             why.append(f'Judged in <a href="{home[0]}.html#{claims.anchor(home[1])}">'
                        f'{html.escape(home[0].replace("_", " "))} (§{html.escape(sec)})</a>.')
         else:
