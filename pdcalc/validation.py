@@ -643,35 +643,6 @@ def kv_budget_table(scheme: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("measurement")
 
 
-# ------------------------------------------------------------------------------------------ chart
-def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] = CHART_BAND):
-    """Predicted / measured per measurement on a log scale: a point at the prediction, a bar over the range
-    of candidates, a shaded band around 1 (``band``), one colour per quantity. ``df``: :func:`table`.
-
-    As wide as the book's column (:data:`pdcalc.charts.CHART_WIDTH`, the measurement ids included)."""
-    from pdcalc.charts import altair, bottom_legend, house_style
-
-    alt = altair()
-
-    rows = df[["id", "group", "ratio", "ratio_low", "ratio_high", "layout"]].copy()
-    rank = {g: i for i, g in enumerate(dict.fromkeys(GROUPS.values()))}
-    order = list(rows.assign(r=rows["group"].map(rank)).sort_values("r", kind="stable")["id"])
-    scale = alt.Scale(type="log", domain=[0.25, 4], clamp=True)
-    y = alt.Y("id:N", title=None, sort=order)
-    color = alt.Color("group:N", title=None, legend=bottom_legend(4))
-    shade = alt.Chart(pd.DataFrame({"lo": [band[0]], "hi": [band[1]]})).mark_rect(
-        color="lightgray", opacity=0.6).encode(x=alt.X("lo:Q", scale=scale), x2="hi:Q")
-    one = alt.Chart(pd.DataFrame({"x": [1.0]})).mark_rule(color="gray").encode(x=alt.X("x:Q", scale=scale))
-    rng = alt.Chart(rows).mark_rule(strokeWidth=5, opacity=0.45).encode(
-        x=alt.X("ratio_low:Q", scale=scale), x2="ratio_high:Q", y=y, color=color)
-    pts = alt.Chart(rows).mark_point(filled=True, size=80, opacity=1).encode(
-        x=alt.X("ratio:Q", title="predicted / measured (log scale)", scale=scale,
-                axis=alt.Axis(values=[0.25, 0.5, 0.8, 1, 1.25, 2, 4], format="~g")), y=y, color=color,
-        tooltip=["id", "layout", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ratio_low:Q", format=".3f"),
-                 alt.Tooltip("ratio_high:Q", format=".3f")])
-    return house_style((shade + one + rng + pts).properties(height=alt.Step(22), title=title), label_limit=320)
-
-
 # ------------------------------------------------------------------------------------------ chapter helpers
 def candidates_table(scheme: str | None = None) -> pd.DataFrame:
     """:func:`weight_candidates` of every weight measurement with open conditions, weights in GiB."""

@@ -134,7 +134,7 @@ CHARTS = {
         pd.DataFrame([{"tp": t, "series": s, "ms": v} for t in (4, 8, 16)
                       for s, v in (("compute, 80 tokens", 0.07), ("all-reduce, 80 tokens", 0.02))]),
         "time per layer", card="ascend-910b2"),
-    "ratio_chart": lambda: V.ratio_chart(_ratio_table(), "predicted / measured per measurement"),
+    "ratio_chart": lambda: charts.ratio_chart(_ratio_table(), "predicted / measured per measurement"),
 }
 
 

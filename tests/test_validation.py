@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 
 from pdcalc import measurements as M
+from pdcalc import charts
 from pdcalc import validation as V
 from pdcalc.errors import LayoutError, UnknownNameError
 from pdcalc.memory import card_weights
@@ -244,7 +245,7 @@ def test_show_and_chart():
     assert list(df.columns[:3]) == ["layout", "measured (GiB)", "predicted (GiB)"]
     with pytest.raises(LayoutError):
         V.show(TABLE, ["weight_memory_per_card", "prefill_throughput"])
-    chart = V.ratio_chart(TABLE, "ratios").to_dict()
+    chart = charts.ratio_chart(TABLE, "ratios").to_dict()
     assert chart["config"]["axis"]["labelLimit"] == 320
     layers = chart["layer"]
     assert any(layer["mark"]["type"] == "rect" for layer in layers if isinstance(layer["mark"], dict))

@@ -724,9 +724,10 @@ def styled(df: pd.DataFrame):
 
 def _severity(ids: list[str]) -> str:
     """The most severe severity among the errata of ``ids`` ("" without an erratum)."""
-    from pdcalc.claims import SEVERITIES, get_claim
+    from pdcalc.registry import SEVERITIES
 
-    sev = [get_claim(i).severity for i in ids if get_claim(i).verdict == "erratum"]
+    claims = _evaluated()
+    sev = [claims[i].severity for i in ids if claims[i].verdict == "erratum"]
     return min(sev, key=list(SEVERITIES).index, default="")
 
 
