@@ -241,10 +241,17 @@ def evaluate(article: str | None = None) -> list[Claim]:
         raise UnknownNameError("article", article, ARTICLES)
     out: list[Claim] = []
     for a in ([article] if article else list(ARTICLES)):
-        raws = _raw(a)
-        groups, by_id = _groups(raws), {r["id"]: r for r in raws}
-        out += [_evaluate(r, a, groups, by_id) for r in raws]
+        out += _evaluated(a, frozenset(_REGISTRY))
     return out
+
+
+@cache
+def _evaluated(article: str, registered: frozenset) -> tuple[Claim, ...]:
+    """The claims of one article judged against the recomputations registered (``registered``: their ids, so
+    that a new registration is judged afresh; the recomputations themselves are pure functions)."""
+    raws = _raw(article)
+    groups, by_id = _groups(raws), {r["id"]: r for r in raws}
+    return tuple(_evaluate(r, article, groups, by_id) for r in raws)
 
 
 def severity_rank(claim: Claim) -> tuple[int, int]:

@@ -30,7 +30,8 @@ def test_audit_points_to_the_page_that_first_judged_a_repeat():
     homes = claims.homes()
     order = [p for _, p in claims.CHAPTER_PAGES]
     h = audit(ids, page="pd_split").data
-    elsewhere = [c for c in ids if homes[c][0] != "pd_split" and claims.get_claim(c).verdict in ("erratum", "rounding")]
+    verdict = {c.id: c.verdict for c in claims.claims()}
+    elsewhere = [c for c in ids if homes[c][0] != "pd_split" and verdict[c] in ("erratum", "rounding")]
     assert elsewhere, "pd_split repeats verdicts given in earlier chapters"
     for c in elsewhere:
         page, row = homes[c]
