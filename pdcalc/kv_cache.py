@@ -127,9 +127,34 @@ from pathlib import Path
 import numpy as np
 
 from pdcalc.errors import ConfigError, LayoutError, UnknownNameError
+from pdcalc.hardware import Card, get_card
 from pdcalc.model import ModelConfig, load_config
 
 ENGINES = ("reference", "vllm", "vllm-ascend")
+
+#: The engine whose KV layout a card's family gets by default (:func:`default_engine`). Source: vLLM's own
+#: layouts here are those of its CUDA backends (FlashMLA, ``DeepseekSparseSWABackend``), which run on
+#: NVIDIA GPUs; vllm-project/vllm-ascend README: "vLLM Ascend (`vllm-ascend`) is a community maintained
+#: hardware plugin for running vLLM seamlessly on the Ascend NPU", and the V4 article serves 910B with it.
+ENGINE_BY_FAMILY: dict[str, str] = {"nvidia": "vllm", "ascend": "vllm-ascend"}
+
+
+def default_engine(card: str | Path | Card) -> str:
+    """The KV-cache engine a card runs by default: ``"vllm"`` on NVIDIA, ``"vllm-ascend"`` on Ascend.
+
+    Parameters
+    ----------
+    card : str, Path or Card
+        Preset slug (``"h200"``), card TOML file, or :class:`pdcalc.hardware.Card`.
+
+    Returns
+    -------
+    str
+        One of :data:`ENGINES`, from the card's ``family`` (:data:`ENGINE_BY_FAMILY`).
+
+    Source: :data:`ENGINE_BY_FAMILY`.
+    """
+    return ENGINE_BY_FAMILY[get_card(card).family]
 
 #: The V4 article's per-token KV figures, KB per token (§6.1: 86 "保守上界" = 43 layers x 2 KB,
 #: 44 "保守估计", 22 "乐观估计"; §6.2, §6.3 and §7.2 use 44).

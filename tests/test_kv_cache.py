@@ -3,13 +3,16 @@ import math
 import numpy as np
 import pytest
 
-from pdcalc.errors import LayoutError, PdcalcError, UnknownNameError
+from pdcalc.errors import ConfigError, LayoutError, PdcalcError, UnknownNameError
+from pdcalc.hardware import card_names, get_card
 from pdcalc.kv_cache import (
     ARTICLE_PER_TOKEN_KB,
     ASCEND_DSV4_BLOCK_SIZES,
     ASSUMPTIONS,
+    ENGINE_BY_FAMILY,
     ENGINES,
     article_kv_bytes,
+    default_engine,
     engine_layout,
     kv_bytes,
     mla_bytes_per_token,
@@ -311,3 +314,30 @@ def test_max_context_is_the_last_context_that_fits():
     assert max_context(1.0, 1, "deepseek-v4-flash") == 0                           # not one token fits
     with pytest.raises(LayoutError):
         max_context(budget, 0, "deepseek-v4-flash")
+
+
+
+# -- default engine per card family ------------------------------------------------------------------
+@pytest.mark.parametrize("card", card_names())
+def test_default_engine_follows_the_card_family(card):
+    c = get_card(card)
+    expected = {"nvidia": "vllm", "ascend": "vllm-ascend"}[c.family]
+    assert default_engine(card) == default_engine(c) == ENGINE_BY_FAMILY[c.family] == expected
+    assert expected in ENGINES
+
+
+def test_default_engine_of_named_cards_and_card_files(tmp_path):
+    assert default_engine("h200") == default_engine("h100") == "vllm"
+    assert default_engine("ascend-910b2") == default_engine("ascend-910c") == "vllm-ascend"
+    body = ("hbm_bytes = 1e11\nhbm_bandwidth_bytes_per_s = 2e12\nflops_per_s = {bf16 = 1e15}\n"
+            "intra_node_bytes_per_s = 1e11\nscale_out_bytes_per_s = 1e10\n")
+    p = tmp_path / "npu.toml"
+    p.write_text("family = 'ascend'\n" + body)
+    assert default_engine(str(p)) == "vllm-ascend"
+    p.write_text("family = 'nvidia'\n" + body)
+    assert default_engine(str(p)) == "vllm"
+    p.write_text(body)
+    with pytest.raises(ConfigError, match="field 'family': missing"):
+        default_engine(str(p))
+    with pytest.raises(UnknownNameError):
+        default_engine("tpu-v9")
