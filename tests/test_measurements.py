@@ -20,7 +20,7 @@ def _prints(value, quote):
 
 
 def test_registry_loads_with_enough_entries():
-    assert 15 <= len(ENTRIES) <= 40
+    assert 15 <= len(ENTRIES) <= 80
     assert all(isinstance(m, M.Measurement) for m in ENTRIES)
 
 
@@ -128,7 +128,7 @@ def _one(**kw):
     (dict(quote=None), "quote"),
     (dict(source=None), "source"),
     (dict(quote="took some memory"), "quote"),
-    (dict(card="h100"), "card"),
+    (dict(card="h900"), "card"),
     (dict(tp=0), "tp"),
     (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
     (dict(unit_means="GiB", quantity="tpot", unit="ms", quote="1.5 ms"), "unit_means"),
@@ -176,3 +176,142 @@ def test_valid_preset_card_accepted_and_thousands_separators(tmp_path):
 def test_measurements_are_frozen():
     with pytest.raises(Exception):
         ENTRIES[0].value = 1.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# throughput entries: conditions a throughput model needs, coverage of phases, vendors and scales
+# ---------------------------------------------------------------------------------------------------
+THROUGHPUT = [m for m in ENTRIES if m.quantity in ("prefill_throughput", "decode_throughput")]
+NVIDIA_PRESETS = {"h100", "h800", "h20", "h200", "b200"}
+
+
+def _vendor(m):
+    card = (m.card or "").lower()
+    if card.startswith("ascend") or "atlas" in card or "ascend" in card:
+        return "ascend"
+    if card in NVIDIA_PRESETS or "nvidia" in card:
+        return "nvidia"
+    return None
+
+
+@pytest.mark.parametrize("m", THROUGHPUT, ids=lambda m: m.id)
+def test_throughput_entry_states_or_names_every_condition(m):
+    # every condition a throughput model needs is either set or named unstated, never both
+    assert set(M.missing_conditions(m)) == set(m.unstated), (M.missing_conditions(m), m.unstated)
+    if m.unstated:
+        assert "not stated" in (m.notes or "").lower()
+    assert _vendor(m) is not None
+    # the per-card rate is the value over the cards it covers, and the basis is said
+    assert m.scope_cards is not None and m.per_card == pytest.approx(m.value_si / m.scope_cards)
+    assert m.cards_counted in M.CARDS_COUNTED or "cards_counted" in m.unstated
+    assert m.serving in M.SERVING
+    if m.cards_counted == "deployment" and m.serving == "disaggregated":
+        assert m.prefill_cards and m.decode_cards and m.prefill_cards + m.decode_cards == m.cards
+    if m.mtp_draft_tokens is not None:
+        assert m.mtp is True
+
+
+def test_throughput_entries_cover_phases_vendors_and_scales():
+    assert len(THROUGHPUT) >= 8
+    got = {(_vendor(m), m.quantity) for m in THROUGHPUT}
+    assert {("nvidia", "prefill_throughput"), ("nvidia", "decode_throughput"),
+            ("ascend", "prefill_throughput"), ("ascend", "decode_throughput")} <= got
+    for vendor in ("nvidia", "ascend"):
+        scales = {m.cards or m.decode_cards for m in THROUGHPUT if _vendor(m) == vendor} - {None}
+        assert len(scales) >= 3, (vendor, scales)
+    assert {m.serving for m in THROUGHPUT} == {"disaggregated", "aggregated"}
+    # a prediction can be set up for most of them: at most a few conditions left open
+    nearly_complete = [m for m in THROUGHPUT if len(m.unstated) <= 2]
+    assert len(nearly_complete) >= 8
+    assert {_vendor(m) for m in nearly_complete} == {"nvidia", "ascend"}
+
+
+def test_throughput_entries_that_predictions_read_keep_their_values():
+    # the four anchors of pdcalc.throughput.PUBLISHED_RUNS
+    assert M.get("deepseek-prod-h800-prefill-per-node").value_si == pytest.approx(73_700)
+    assert M.get("deepseek-prod-h800-decode-per-node").value_si == pytest.approx(14_800)
+    assert M.get("cloudmatrix384-r1-prefill-per-npu").value == 6688
+    assert M.get("cloudmatrix384-r1-decode-per-npu-tpot50").value == 1943
+
+
+def test_throughput_conditions_read_as_stated():
+    m = M.get("deepseek-prod-h800-decode-per-node")
+    assert m.per_card == pytest.approx(1850) and m.tokens_per_s_per_user == (20.0, 22.0)
+    assert m.context_tokens == 4989 and m.ep == 144 and m.cards == 144
+    h20 = M.get("lmsys-h20-decode-per-gpu-tpot50")
+    assert (h20.batch_per_card, h20.tpot_limit_ms, h20.mtp, h20.mtp_draft_tokens) == (32, 50, True, 2)
+    a3 = M.get("sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50")
+    assert a3.card == "ascend-910c" and a3.cards_counted == "deployment"
+    assert (a3.prefill_cards, a3.decode_cards, a3.concurrency, a3.tpot_ms) == (16, 16, 832, 48.10)
+    assert M.get("vllm-ascend-a3-v31-w8a8-prefill-tp16-per-card").cache_hit == 0.99
+    trt = M.get("trtllm-b200-r1-fp4-min-latency-batch1")
+    assert trt.per_card == pytest.approx(274.4168 / 8) and trt.batch_per_card == 0.125
+    assert M.get("vllm-gb200-decode-per-gpu").value_si == pytest.approx(10_100)
+    df = M.frame(quantity=["prefill_throughput", "decode_throughput"])
+    assert len(df) == len(THROUGHPUT)
+    assert {"scope_cards", "cards", "serving", "unstated", "mtp", "tpot_limit_ms"} <= set(df.columns)
+    assert M.frame(quantity="tpot").empty or "unstated" in M.frame(quantity="tpot").columns
+
+
+def test_missing_conditions_reports_open_conditions_and_is_empty_elsewhere():
+    m = M.get("lmsys-h20-decode-per-gpu-tpot70")
+    assert M.missing_conditions(m) == ["quantization"]
+    assert M.missing_conditions(M.get("mooncake-te-8x400g-roce-bandwidth")) == []
+    assert M.condition_names("tpot") == ()
+    assert set(M.condition_names("prefill_throughput")) < set(M.condition_names("decode_throughput"))
+
+
+_TP = """[[measurement]]
+id = "t"
+quantity = "decode_throughput"
+value = 100
+unit = "tokens/s"
+scope = "per card"
+quote = "100 tokens/s"
+source = "somewhere #1"
+"""
+
+
+@pytest.mark.parametrize("extra,field", [
+    ('serving = "both"', "serving"),
+    ('cards_counted = "node"', "cards_counted"),
+    ('unstated = ["colour"]', "unstated"),
+    ('unstated = ["tp"]\ntp = 8', "unstated"),
+    ('unstated = "tp"', "unstated"),
+    ('unstated = ["tp", "tp"]', "unstated"),
+    ("cache_hit = 1.0", "cache_hit"),
+    ("mtp = 1", "mtp"),
+    ("mtp_draft_tokens = 2", "mtp_draft_tokens"),
+    ("mtp = false\nmtp_draft_tokens = 2", "mtp_draft_tokens"),
+    ("cards = 32\nprefill_cards = 16\ndecode_cards = 8", "cards"),
+    ("tokens_per_s_per_user = [22, 20]", "tokens_per_s_per_user"),
+    ("tokens_per_s_per_user = [1, 2, 3]", "tokens_per_s_per_user"),
+    ("tpot_ms = 0", "tpot_ms"),
+    ("batch_per_card = true", "batch_per_card"),
+    ("scope_cards = 0", "scope_cards"),
+    ("concurrency = 2.5", "concurrency"),
+])
+def test_malformed_throughput_conditions_name_the_field(tmp_path, extra, field):
+    p = tmp_path / "bad.toml"
+    p.write_text(_TP + extra + "\n")
+    with pytest.raises(ConfigError) as exc:
+        M.load(p)
+    assert exc.value.field == field and "'t'" in str(exc.value)
+
+
+def test_unstated_only_on_throughput_entries(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text(_one(unstated=None) + 'unstated = ["tp"]\n')
+    with pytest.raises(ConfigError) as exc:
+        M.load(p)
+    assert exc.value.field == "unstated"
+
+
+def test_well_formed_throughput_conditions_load(tmp_path):
+    p = tmp_path / "ok.toml"
+    p.write_text(_TP + 'serving = "disaggregated"\ncards = 32\nprefill_cards = 16\ndecode_cards = 16\n'
+                 'scope_cards = 1\ncards_counted = "deployment"\nmtp = true\nmtp_draft_tokens = 3\n'
+                 'tokens_per_s_per_user = [20, 22]\ncache_hit = 0\nunstated = ["tp", "ep"]\n')
+    m = M.load(p)[0]
+    assert m.unstated == ("tp", "ep") and m.tokens_per_s_per_user == (20.0, 22.0) and m.cache_hit == 0.0
+    assert m.per_card == 100 and set(M.missing_conditions(m)) > {"tp", "ep"}
