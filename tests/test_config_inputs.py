@@ -294,7 +294,7 @@ def test_config_error_source_with_a_newline_stays_one_line(tmp_path, v3):
 
 # ---- card files -------------------------------------------------------------------------------
 
-CARD = ("hbm_bytes = 1e11\nhbm_bandwidth_bytes_per_s = 2e12\nflops_per_s = {bf16 = 1e15}\n"
+CARD = ("family = 'nvidia'\nhbm_bytes = 1e11\nhbm_bandwidth_bytes_per_s = 2e12\nflops_per_s = {bf16 = 1e15}\n"
         "intra_node_bytes_per_s = 1e11\nscale_out_bytes_per_s = 1e10\n")
 
 
