@@ -3,7 +3,9 @@ compares with a published deployment, and the vllm-ascend launch settings that r
 
 :func:`recommend` runs the planner (:func:`pdcalc.plan.plan`) under latency targets and takes its best
 feasible split: the most output tokens per second per card that meets memory, KV capacity, the
-prefill load limit, the TTFT target and the TPOT target. Beside it, a published deployment is evaluated
+prefill load limit, the TTFT target and the TPOT target. The planner's best co-located layout on the same
+cards (:attr:`Recommendation.aggregated`) and which of the two wins (:meth:`Recommendation.mode_note`)
+come with it. Beside it, a published deployment is evaluated
 under the same model: a P/D split with :func:`pdcalc.plan.evaluate_split`, a co-located layout (prefill
 and decode on the same TP x DP replicas, as the V3 article deploys) with :func:`evaluate_colocated`.
 Per card, the memory of a P and a D card (:func:`pdcalc.plan.card_plans`) uses an engine's logged weights
@@ -27,21 +29,20 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from pdcalc import measurements
 from pdcalc import throughput as tput
 from pdcalc.checks import InputError
 from pdcalc.deployment import get_deployment
-from pdcalc.errors import LayoutError, PdcalcError
+from pdcalc.errors import PdcalcError
 from pdcalc.hardware import get_card
 from pdcalc.memory import MemoryPlan, card_weights
-from pdcalc.plan import (CONSTRAINTS, Plan, Setup, Workload, card_plans, evaluate_split, plan, seq_kv_bytes,
-                         split_label, weights_log)
+from pdcalc.plan import (CONSTRAINTS, TPOT_SLO_ID, USER_SPEED_ID, Plan, Setup, Targets, Workload,  # noqa: F401
+                         aggregated_label, card_plans, default_targets, evaluate_split, plan, seq_kv_bytes, split_label,
+                         weights_log)
 from pdcalc.registry import printed_value
 from pdcalc.units import GiB
 
@@ -51,56 +52,14 @@ TUTORIAL = "v4-flash-910b-pd"
 #: "MooncakeHybridConnector (P kv_producer, D kv_consumer)").
 KV_CONNECTOR = "MooncakeHybridConnector"
 KV_ROLES = {"P": "kv_producer", "D": "kv_consumer"}
-#: Registry entries the default targets come from.
-TPOT_SLO_ID = "cloudmatrix384-r1-decode-per-npu-tpot50"
-USER_SPEED_ID = "deepseek-prod-h800-decode-per-node"
 #: Output tokens as a share of the context where a workload gives only the context: an assumption
 #: (neither article gives an output length); the plan chapter's 8,192 of the V4 article's 32,768.
 OUTPUT_SHARE = 0.25
 
 
 # ------------------------------------------------------------------------------------------ targets
-@dataclass(frozen=True)
-class Targets:
-    """Latency targets and where they come from (``None``: no target)."""
-
-    ttft_s: float | None
-    tpot_s: float | None
-    ttft_source: str
-    tpot_source: str
-
-
-def _number_before(pattern: str, text: str | None, what: str) -> float:
-    m = re.search(pattern, text or "")
-    if not m:
-        raise LayoutError(f"the registry no longer states {what} in the expected form: {text!r}")
-    return float(m.group(1))
-
-
-def default_targets() -> Targets:
-    """The published service levels used as default targets.
-
-    TPOT: CloudMatrix384 decodes DeepSeek-R1 "(<50 ms TPOT)" (its ``workload`` field), and DeepSeek's
-    own service decodes at "20-22 tokens/s per user", one token every :math:`1/20` s at the slower end;
-    the stricter of the two. TTFT: none published, so none.
-    """
-    cm = measurements.get(TPOT_SLO_ID)
-    ds = measurements.get(USER_SPEED_ID)
-    cm_s = _number_before(r"TPOT\s*<\s*(\d+(?:\.\d+)?)\s*ms", cm.workload, "a TPOT bound") / 1e3
-    speed = re.search(r"(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*tokens/s per user", ds.workload or "")
-    if not speed:
-        raise LayoutError(f"the registry no longer states a per-user speed in the expected form: {ds.workload!r}")
-    slow, fast = float(speed.group(1)), float(speed.group(2))
-    ds_s = 1 / slow
-    tpot = min(cm_s, ds_s)
-    tpot_src = (f"CloudMatrix384 serves DeepSeek-R1 decode at TPOT < {cm_s * 1e3:g} ms (arXiv 2506.12708, "
-                f"abstract; registry {cm.id}), and DeepSeek's own service decodes at {slow:g}-{fast:g} tokens/s "
-                f"per user, one token every {ds_s * 1e3:g} ms at the slower end (open-infra-index, day 6; "
-                f"registry {ds.id})")
-    ttft_src = ("neither the measurements registry nor the reference notes hold a published TTFT service level "
-                "(the registry's only TTFT is a measurement of Qwen3-8B at concurrency 1), so the prefill side is "
-                "held only by the planner's load limit")
-    return Targets(ttft_s=None, tpot_s=tpot, ttft_source=ttft_src, tpot_source=tpot_src)
+# Targets, default_targets, TPOT_SLO_ID and USER_SPEED_ID live in pdcalc.plan (the planner states its targets
+# too) and are imported above: pdcalc.recommend.default_targets is the published service level.
 
 
 # ------------------------------------------------------------------------------------------ published layouts
@@ -408,6 +367,20 @@ class Recommendation:
         return self.best is not None
 
     @property
+    def aggregated(self) -> pd.Series | None:
+        """The planner's best co-located layout on the same cards under the same targets (a row of
+        :attr:`pdcalc.plan.Plan.aggregated`), ``None`` when none meets them or nothing was planned."""
+        return None if self.plan is None else self.plan.best_aggregated
+
+    def mode_note(self) -> str:
+        """Disaggregate or not: which of the planner's two modes wins under the targets, and why (one
+        sentence, :attr:`pdcalc.plan.Plan.why`); the reason when nothing could be planned."""
+        if self.plan is None:
+            return self.reason
+        why = self.plan.why
+        return why[0].upper() + why[1:] + "."
+
+    @property
     def label(self) -> str:
         return split_label(self.best) if self.fits else "nothing fits"
 
@@ -509,6 +482,9 @@ class Recommendation:
         rows = []
         if self.fits:
             rows.append(_row("recommended: " + self.label, self.best, pd_split=True))
+        if self.aggregated is not None:
+            rows.append(_row("co-located alternative: " + aggregated_label(self.aggregated), self.aggregated,
+                             pd_split=False))
         if self.published_row is not None:
             rows.append(_row(f"article: {self.published.label}", self.published_row,
                              pd_split=isinstance(self.published, PDSplit)))
@@ -635,7 +611,7 @@ def recommend(model="deepseek-v4-flash", quant: str = "w8a8", card="ascend-910b2
     per_node = int(tutorial["cards_per_server"]) if cards_per_node is None else cards_per_node
     pub = published_for(model) if published is _DEFAULT else published
     try:
-        result = plan(setup, work)
+        result = plan(setup, work, targets=targets)
     except PdcalcError as exc:          # e.g. a card without the FLOP/s of the checkpoint's compute dtype
         return Recommendation(setup, work, targets, None, None, f"nothing fits: it cannot be evaluated: {exc}",
                               pub, None, "not evaluated: the model cannot be evaluated on this card")
@@ -668,8 +644,9 @@ def _published(setup: Setup, work: Workload, pub) -> tuple[pd.Series | None, str
         row = evaluate_colocated(setup, work, pub)
     except PdcalcError as exc:
         return None, f"not compared: {exc}"
-    return row, ("evaluated with the same step model: the planner cuts P/D splits only, so this co-located layout is "
-                 "evaluated by pdcalc.recommend.evaluate_colocated, without the stalls prefill causes in decode")
+    return row, ("evaluated with the same step model by pdcalc.recommend.evaluate_colocated: its replicas hold every "
+                 "expert, which the planner's co-located instances (one expert-parallel group each) do not cover, and "
+                 "it leaves out the stalls prefill causes in decode, which the planner's co-located instances count")
 
 
 def _base(setup: Setup) -> float:

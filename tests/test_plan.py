@@ -99,14 +99,18 @@ def test_lists_of_integers():
     assert isinstance(InputError("x", "y"), PdcalcError)
 
 
-def test_card_without_the_compute_dtype_is_one_clear_error():
+def test_card_without_the_compute_dtype_is_one_clear_error(tmp_path):
     w = Workload(prompt_tokens=10, output_tokens=10, concurrency=1)
     with pytest.raises(LayoutError) as exc:
         plan(Setup(cards=16, card="h800", quant="w8a8"), w)
     msg = str(exc.value)
     assert "h800" in msg and "int8" in msg and "w8a8" in msg and "\n" not in msg
+    card = tmp_path / "no-bf16.toml"      # a card with FP16 and INT8 peaks but none for BF16 attention
+    card.write_text('family = "ascend"\nlabel = "no bf16"\nhbm_bytes = 68719476736\nhbm_visible_bytes = 65455301591\n'
+                    'hbm_bandwidth_bytes_per_s = 1.6e12\nflops_per_s = { fp16 = 376e12, int8 = 752e12 }\n'
+                    'intra_node_bytes_per_s = 196e9\nscale_out_bytes_per_s = 25e9\ncards_per_node = 8\n')
     with pytest.raises(LayoutError, match="bf16.*attention"):
-        plan(Setup(cards=16, card="ascend-910b3", quant="fp16-all"), w)
+        plan(Setup(cards=16, card=str(card), quant="fp16-all"), w)
     with pytest.raises(LayoutError, match="has no fp8 FLOP/s"):
         plan(Setup(cards=16, card="ascend-910b2", quant="fp8", model="deepseek-v3", engine="vllm", mtp=False), w)
 
@@ -180,6 +184,8 @@ def test_best_plan_is_that_of_the_whole_split_space(model, cards, mode, targets,
     setup = Setup(cards=cards, tp_options=tp, **(V4 if model == "v4" else V3))
     work = Workload(prompt_tokens=4096, output_tokens=1024, **mode, **targets)
     r = plan(setup, work)
+    work = r.workload                      # the targets the plan applied (the published TPOT where none given)
+    assert work.tpot_s == targets.get("tpot_s", r.targets.tpot_s) and work.ttft_s == targets.get("ttft_s")
     p, d = sides(setup, work)
     full = evaluate(setup, work, p, d, candidates=full_grid(setup, p, d))
     assert r.splits == len(full) and r.evaluated == len(r.candidates) < len(full)
@@ -344,3 +350,351 @@ def test_split_label(v3_case):
     row["p_tp"], row["d_tp"] = 2, 1
     assert split_label(row).endswith(", P TP 2")
     assert split_label(None) == "none"
+
+
+# ------------------------------------------------------------------ targets
+
+def test_targets_are_always_stated_with_their_sources():
+    from pdcalc import measurements
+    from pdcalc.recommend import TPOT_SLO_ID, USER_SPEED_ID, default_targets
+
+    w = Workload(prompt_tokens=2048, output_tokens=512, concurrency=80)
+    r = plan(Setup(cards=64, frontier_points=0, **V3), w)
+    published = default_targets()
+    t = r.targets
+    assert t.tpot_s == published.tpot_s == r.workload.tpot_s and t.tpot_source == published.tpot_source
+    assert TPOT_SLO_ID in t.tpot_source and USER_SPEED_ID in t.tpot_source
+    assert measurements.get(TPOT_SLO_ID).id in t.tpot_source
+    assert t.ttft_s is None is r.workload.ttft_s and t.stated("TTFT") == "none" and t.ttft_source == published.ttft_source
+    assert t.as_dict()["TTFT"] == {"seconds": None, "stated": "none", "source": published.ttft_source}
+    given = plan(Setup(cards=64, frontier_points=0, **V3), Workload(prompt_tokens=2048, output_tokens=512,
+                                                                     concurrency=80, ttft_s=3.0, tpot_s=0.07))
+    assert (given.targets.ttft_s, given.targets.tpot_s) == (3.0, 0.07)
+    assert given.targets.ttft_source == given.targets.tpot_source == "given"
+    assert given.targets.stated("TTFT") == "3,000.0 ms" and given.targets.stated("TPOT") == "70.0 ms"
+    # explicit targets (e.g. "no TPOT target") are applied as given
+    none = Targets(ttft_s=None, tpot_s=None, ttft_source="none set", tpot_source="none set")
+    free = plan(Setup(cards=64, frontier_points=0, **V3), w, targets=none)
+    assert free.workload.tpot_s is None and math.isinf(free.best["slack: TPOT"]) and free.targets is none
+    with pytest.raises(InputError, match="targets"):
+        plan(Setup(cards=32, **V3), w, targets={"tpot_s": 0.05})
+
+
+# ------------------------------------------------------------------ per-role TP
+
+def test_per_role_tp_degrees_are_honoured():
+    setup = Setup(cards=32, p_tp_options=(2,), d_tp_options=(4, 1, 4), frontier_points=0, **V3)
+    assert setup.p_tps == (2,) and setup.d_tps == (4, 1) and setup.a_tps == (2, 4, 1)
+    assert Setup(tp_options=(2, 1)).p_tps == Setup(tp_options=(2, 1)).d_tps == (2, 1)
+    r = plan(setup, Workload(prompt_tokens=2048, output_tokens=512, concurrency=80, tpot_s=0.05))
+    assert set(r.candidates.p_tp) == {2} and set(r.candidates.d_tp) == {1, 4}
+    assert set(r.aggregated.tp) == {1, 2, 4}
+    p, d = sides(setup, r.workload)
+    assert {s.tp for s in p} == {2} and {s.tp for s in d} == {1, 4}
+    assert r.splits == len(full_grid(setup, p, d)["p"]) == count_splits(setup, p, d)
+    for bad in ((0,), (1, 2.5), "2", ()):
+        with pytest.raises(InputError, match="p_tp_options"):
+            Setup(p_tp_options=bad)
+    with pytest.raises(InputError, match=r"d_tp_options\[0\]"):
+        Setup(d_tp_options=(0,))
+    msg = one_line(plan(Setup(cards=32, d_tp_options=(3,), frontier_points=0, **V3),
+                        Workload(prompt_tokens=2048, output_tokens=512, concurrency=80)))
+    assert "on the D side" in msg and "TP 3" in msg and "attention heads" in msg
+
+
+# ------------------------------------------------------------------ aggregated (co-located)
+
+from dataclasses import replace  # noqa: E402
+
+from pdcalc import throughput as tput  # noqa: E402
+from pdcalc.plan import (AGG_CONSTRAINTS, Targets, aggregated_card_plan, aggregated_label, evaluate_aggregated,  # noqa: E402
+                         evaluate_instances, frontier_levels, layouts)
+
+W4 = dict(prompt_tokens=8192, output_tokens=2048)
+
+
+@pytest.mark.parametrize("mode", [{"concurrency": 256}, {"rate_per_s": 1.5}])
+def test_aggregated_with_free_prefill_is_the_decode_side_alone(mode):
+    """With the prefill cost set to zero, a co-located instance is a D instance: same TPOT and output at
+    n = n_d, under the same step model (and with the real prefill cost, its steps are slower)."""
+    setup = Setup(cards=64, **V4)
+    work = Workload(**W4, **mode, tpot_s=0.05)
+    lay = layouts(setup, work)
+    free = [replace(a, prefill_s=0.0) for a in lay.a]
+    agg = evaluate_aggregated(setup, work, free)
+    dis = evaluate(setup, work, lay.p, lay.d)
+    both = agg.merge(dis, left_on=["size", "tp", "instances"], right_on=["d_size", "d_tp", "d_instances"])
+    both = both[np.isfinite(both.tpot_s_y)]
+    assert len(both) > 20
+    np.testing.assert_allclose(both.tpot_s_x, both.tpot_s_y, rtol=1e-9)
+    np.testing.assert_allclose(both.output_tokens_per_s_x, both.output_tokens_per_s_y, rtol=1e-9)
+    np.testing.assert_allclose(both.concurrency_x, both.concurrency_y, rtol=1e-9)
+    assert (both.prefill_share == 0).all()
+    real = evaluate_aggregated(setup, work, lay.a)
+    ok = np.isfinite(real.tpot_s) & np.isfinite(agg.tpot_s)
+    assert (real.tpot_s[ok] > agg.tpot_s[ok]).all()
+
+
+def test_an_aggregated_option_recomputed_from_the_step_model():
+    setup = Setup(cards=64, **V4)
+    base = Workload(**W4, concurrency=1, tpot_s=0.05, ttft_s=60.0)
+    a = next(x for x in layouts(setup, base).a if x.size == 16 and x.tp == 1)
+    n, per_instance = 2, float(a.batch[len(a.batch) // 3])        # a batch of the step grid: no interpolation
+    S = int(n * per_instance)
+    row = evaluate_instances(setup, replace(base, concurrency=S), instances=n, size=16)
+    P, L, T = base.prompt_tokens, base.output_tokens, base.tpot_s
+    kw = dict(quant=setup.quant, mfu=setup.mfu, mbu=setup.mbu, comm_eff=setup.comm_eff)
+    tdec = float(tput.step(setup.model, setup.card, tp=1, dp=16, ep=16, context=P + L / 2, concurrency=per_instance,
+                           phase="decode", **kw).time_s)
+    tpf = float(tput.step(setup.model, setup.card, tp=1, dp=16, ep=16, context=P, concurrency=16, phase="prefill",
+                          **kw).time_s)
+    per_rank = S / (n * 16)
+    tau = tdec + per_rank / L * tpf                       # each step carries S_r / L_out prompts' worth of prefill
+    b = min(P, P * (T - tdec) / tpf)                      # the chunk a step can carry within the TPOT target
+    rho = per_rank * P / L / b
+    ttft = (P * tdec / b + tpf) / (1 - rho)
+    assert row["tpot_s"] == pytest.approx(tau, rel=1e-9) and row["decode_s"] == pytest.approx(tdec, rel=1e-9)
+    assert row["chunk_tokens"] == pytest.approx(b, rel=1e-9) and row["prefill_load"] == pytest.approx(rho, rel=1e-9)
+    assert row["ttft_s"] == pytest.approx(ttft, rel=1e-9)
+    assert row["prefill_share"] == pytest.approx(per_rank / L * tpf / tau, rel=1e-9)
+    assert row["tokens_per_s_per_card"] == pytest.approx(S / tau / (n * 16), rel=1e-9)
+    assert tdec + b / P * tpf <= T + 1e-12                # even a step carrying a full chunk meets the target
+    mp = aggregated_card_plan(setup, replace(base, concurrency=S), row)
+    kv = per_rank * float(seq_kv_bytes(setup, P + L)) + float(seq_kv_bytes(setup, P))
+    assert mp.parts["kv_cache"] == pytest.approx(kv, rel=1e-12) and mp.parts["overhead"] == setup.a_overhead_bytes
+    assert aggregated_label(row) == "2 x 16 co-located"
+
+
+def test_aggregated_rate_mode_obeys_littles_law_and_no_tpot_target_takes_whole_prompts():
+    setup = Setup(cards=64, **V4)
+    work = Workload(**W4, rate_per_s=1.0)
+    df = evaluate_aggregated(setup, work)
+    ok = df[np.isfinite(df.tpot_s)]
+    assert len(ok) > 10
+    np.testing.assert_allclose(ok.concurrency, work.rate_per_s * work.output_tokens * ok.tpot_s, rtol=1e-6)
+    assert (df.chunk_tokens == work.prompt_tokens).all()           # no TPOT target: a whole prompt per step
+    fast = evaluate_aggregated(setup, Workload(**W4, rate_per_s=40.0))
+    sat = fast[fast.prefill_share >= 1]                            # a rate the prompts alone saturate
+    assert len(sat) and not np.isfinite(sat.tpot_s).any() and not sat.feasible.any()
+    assert set(sat.binding) <= {"memory", "prefill load"}
+    served = np.isfinite(fast.decode_s)                             # layouts that hold a sequence
+    assert (np.isfinite(fast.tpot_s[served]) == (fast.prefill_share[served] < 1)).all()
+
+
+def test_aggregated_binding_and_feasibility_follow_the_slacks():
+    setup = Setup(cards=64, tp_options=(1, 2), **V3)
+    df = evaluate_aggregated(setup, Workload(prompt_tokens=2048, output_tokens=512, concurrency=200, tpot_s=0.08,
+                                             ttft_s=30.0))
+    assert len(df) == sum(64 // s.size for s in layouts(setup, Workload(prompt_tokens=2048, output_tokens=512,
+                                                                         concurrency=1)).a)
+    for _, row in df.iterrows():
+        fails = [k for k in AGG_CONSTRAINTS if not row[f"slack: {k}"] >= 0]
+        assert row.feasible == (not fails)
+        assert row.binding == (fails[0] if fails else min(AGG_CONSTRAINTS, key=lambda k: row[f"slack: {k}"]))
+    assert df.feasible.any() and (~df.feasible).any()
+    assert (df.chunk_tokens <= 2048).all() and (df.cards <= 64).all()
+    full = evaluate_aggregated(Setup(cards=64, use_all_cards=True, **V3),
+                               Workload(prompt_tokens=2048, output_tokens=512, concurrency=400))
+    assert (full.cards == 64).all() and len(full) > 0
+
+
+# ------------------------------------------------------------------ which mode wins
+
+@pytest.mark.parametrize("cards,work", [(64, dict(prompt_tokens=24576, output_tokens=8192, concurrency=960)),
+                                        (16, dict(prompt_tokens=3072, output_tokens=1024, concurrency=256)),
+                                        (32, dict(prompt_tokens=4096, output_tokens=1024, rate_per_s=2.0))])
+def test_the_winner_is_the_mode_with_more_tokens_per_card(cards, work):
+    r = plan(Setup(cards=cards, frontier_points=0, **V4), Workload(**work))
+    d, a = r.best, r.best_aggregated
+    assert d is not None and a is not None
+    winner = "disaggregated" if d.tokens_per_s_per_card > a.tokens_per_s_per_card else "aggregated"
+    assert r.winner == winner and r.why.startswith(f"{winner} wins: ")
+    assert split_label_of(d) in r.why and aggregated_label(a) in r.why and "\n" not in r.why
+    ratio = max(d.tokens_per_s_per_card, a.tokens_per_s_per_card) / min(d.tokens_per_s_per_card,
+                                                                         a.tokens_per_s_per_card)
+    assert f"{ratio:.2f} times" in r.why
+    a_rank = r.aggregated_ranked
+    assert a_rank.feasible.all() and a_rank.tokens_per_s_per_card.is_monotonic_decreasing
+    opts = r.options()
+    assert list(opts["mode"]) == ["disaggregated", "aggregated"] and opts["meets every target"].all()
+    mem = r.memory()
+    assert list(mem.columns) == ["per card", "P card (GiB)", "D card (GiB)", "co-located card (GiB)"]
+    for mp in r.card_memory().values():
+        assert mp.fits
+
+
+def split_label_of(row):
+    from pdcalc.plan import split_label
+    return split_label(row)
+
+
+def test_the_article_case_has_both_winners_somewhere():
+    """Neither mode is built to win: on the article's cluster and long prompts the split wins, with short
+    prompts on a small cluster co-location does (the comparison can fail either way)."""
+    long = plan(Setup(cards=64, frontier_points=0, **V4), Workload(prompt_tokens=24576, output_tokens=8192,
+                                                                    concurrency=960))
+    short = plan(Setup(cards=16, frontier_points=0, **V4), Workload(prompt_tokens=3072, output_tokens=1024,
+                                                                     concurrency=256))
+    assert {long.winner, short.winner} == {"disaggregated", "aggregated"}
+
+
+# ------------------------------------------------------------------ nothing fits, in every mode
+
+@pytest.mark.parametrize("load", [{"concurrency": 4096}, {"rate_per_s": 50.0}])
+@pytest.mark.parametrize("aggregated", [True, False])
+@pytest.mark.parametrize("targets", [{}, {"ttft_s": 1.0, "tpot_s": 0.02}])
+def test_nothing_fits_is_a_result_in_every_mode(load, aggregated, targets):
+    r = plan(Setup(cards=8, aggregated=aggregated, frontier_points=4, **V4),
+             Workload(prompt_tokens=16384, output_tokens=1024, **load, **targets))
+    assert one_line(r)
+    if aggregated:
+        assert r.best_aggregated is None and "\n" not in r.aggregated_reason
+        assert r.aggregated_reason.startswith("nothing fits: the closest co-located layout, ")
+        assert r.why.startswith("neither meets the targets: disaggregated, ") and "co-located, the closest" in r.why
+        assert not r.options()["meets every target"].any() and len(r.options()) == 2
+    else:
+        assert r.aggregated is None and r.why.startswith("co-located layouts were not evaluated")
+    assert r.winner == "neither" and r.memory().empty
+    ans = r.answer()
+    assert ans["disaggregated"]["result"] == r.reason and ans["winner"] == "neither"
+    assert isinstance(r.frontier, pd.DataFrame) and len(r.frontier) >= 1
+
+
+def test_aggregated_shortfalls_are_named():
+    w = dict(prompt_tokens=2048, output_tokens=512, concurrency=80)
+    msg = plan(Setup(cards=16, frontier_points=0, **{**V3, "quant": "bf16"}), Workload(**w)).aggregated_reason
+    assert "fails on memory: a card is short by" in msg and "GiB" in msg
+    msg = plan(Setup(cards=64, frontier_points=0, **V3), Workload(**w, tpot_s=1e-4)).aggregated_reason
+    assert "fails on TPOT: TPOT" in msg and "against a target of 0.1 ms" in msg
+    msg = plan(Setup(cards=64, frontier_points=0, **V3), Workload(**w, ttft_s=0.05)).aggregated_reason
+    assert "fails on TTFT: TTFT" in msg and "against a target of 50.0 ms" in msg
+    msg = plan(Setup(cards=64, sizes=(128,), frontier_points=0, **V3), Workload(**w)).aggregated_reason
+    assert msg.startswith("nothing fits: no co-located instance size tried (128)")
+
+
+# ------------------------------------------------------------------ the frontier
+
+import pandas as pd  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def v4_front():
+    setup = Setup(cards=64, frontier_points=12, **V4)
+    work = Workload(prompt_tokens=24576, output_tokens=8192, concurrency=960)
+    return setup, plan(setup, work)
+
+
+def test_frontier_levels_span_one_sequence_to_what_memory_holds(v4_front):
+    setup, r = v4_front
+    lay = layouts(setup, r.workload)
+    lv = frontier_levels(setup, r.workload, lay)
+    assert lv[0] == 1 and 960 in lv and len(lv) <= setup.frontier_points + 1
+    held = max([((64 - min(p.size for p in lay.p)) // d.size) * d.dp * d.seqs_per_rank for d in lay.d]
+               + [(64 // a.size) * a.dp * a.seqs_per_rank for a in lay.a])
+    assert lv[-1] == held
+    grid = np.geomspace(1, held, setup.frontier_points)         # geometric, rounded to whole sequences
+    assert np.array_equal(np.setdiff1d(lv, [960]), np.unique(grid.round()))
+    assert np.diff(np.log(grid)) == pytest.approx(np.log(held) / (setup.frontier_points - 1))
+    f = r.frontier
+    from pdcalc.plan import FRONTIER_COLUMNS
+
+    assert list(f.columns) == list(FRONTIER_COLUMNS)
+    assert sorted(set(f["mode"])) == ["aggregated", "disaggregated"] and len(f) == 2 * len(lv)
+
+
+def test_frontier_pareto_points_are_monotone(v4_front):
+    _, r = v4_front
+    for mode in ("disaggregated", "aggregated"):
+        p = r.frontier[(r.frontier["mode"] == mode) & r.frontier["pareto"]].sort_values("tpot_s")
+        assert len(p) >= 3
+        assert p["tokens_per_s_per_card"].is_monotonic_increasing and p["tpot_s"].is_monotonic_increasing
+        assert p["tokens_per_s_per_card"].diff().dropna().gt(0).all()
+        others = r.frontier[(r.frontier["mode"] == mode) & ~r.frontier["pareto"]].dropna(subset=["tpot_s"])
+        for _, o in others.iterrows():                         # every other point is dominated by a Pareto one
+            assert ((p["tpot_s"] <= o["tpot_s"]) & (p["tokens_per_s_per_card"] >= o["tokens_per_s_per_card"])).any()
+
+
+def test_frontier_within_target_never_beats_the_curve_and_meets_the_target(v4_front):
+    _, r = v4_front
+    f = r.frontier.dropna(subset=["target_tokens_per_s_per_card"])
+    assert len(f) > 5
+    assert (f["target_tokens_per_s_per_card"] <= f["tokens_per_s_per_card"] + 1e-9).all()
+    assert (f["target_tpot_s"] <= r.targets.tpot_s + 1e-12).all()
+    meets = r.frontier[r.frontier["meets_targets"]]
+    assert (meets["target_tokens_per_s_per_card"] >= meets["tokens_per_s_per_card"] - 1e-9).all()
+    assert (meets["tpot_s"] <= r.targets.tpot_s).all()
+    assert (r.frontier.loc[~r.frontier["meets_targets"] & r.frontier["tpot_s"].notna(), "binding"] != "").all()
+
+
+def test_frontier_at_the_workloads_concurrency_is_the_plan(v4_front):
+    _, r = v4_front
+    at = r.frontier[r.frontier["concurrency"] == 960].set_index("mode")
+    from pdcalc.plan import split_label
+    assert at.loc["disaggregated", "target_option"] == split_label(r.best)
+    assert at.loc["disaggregated", "target_tokens_per_s_per_card"] == pytest.approx(r.best.tokens_per_s_per_card)
+    assert at.loc["aggregated", "target_option"] == aggregated_label(r.best_aggregated)
+    assert at.loc["aggregated", "target_tokens_per_s_per_card"] == pytest.approx(
+        r.best_aggregated.tokens_per_s_per_card)
+    top = r.frontier_at_target()
+    for mode in ("disaggregated", "aggregated"):
+        assert top[mode]["tokens_per_s_per_card"] == pytest.approx(
+            r.frontier.loc[r.frontier["mode"] == mode, "target_tokens_per_s_per_card"].max())
+
+
+@pytest.mark.parametrize("model,cards,tp,ttft", [("v4", 64, (1,), None), ("v3", 32, (1, 2), 2.0),
+                                                 ("v3", 64, (1, 2, 4), None)])
+def test_frontier_search_finds_what_ranking_every_split_finds(model, cards, tp, ttft):
+    """Each level's split comes from a pruned search (the D side bounds the output per card); it is the
+    one the planner's ranking of every evaluated split puts first."""
+    from pdcalc.plan import _best_split, _decode_table, _transfer
+
+    setup = Setup(cards=cards, tp_options=tp, **(V4 if model == "v4" else V3))
+    work = Workload(prompt_tokens=4096, output_tokens=1024, concurrency=1, ttft_s=ttft, tpot_s=0.05)
+    lay = layouts(setup, work)
+    checked = 0
+    for S in frontier_levels(setup, work, lay, 10):
+        for w in (replace(work, concurrency=int(S)), replace(work, concurrency=int(S), tpot_s=None)):
+            dec = _decode_table(setup, w, lay.d)
+            found = _best_split(setup, w, lay.p, lay.d, dec, _transfer(setup, w, lay.p))
+            best = ranked(evaluate(setup, w, lay.p, lay.d))
+            assert (found is None) == best.empty
+            if found is not None:
+                one = evaluate(setup, w, lay.p, lay.d, candidates=found).iloc[0]
+                assert [int(one[k]) for k in KEYS] == [int(best.iloc[0][k]) for k in KEYS]
+                checked += 1
+    assert checked >= 8
+
+
+def test_one_options_tpot_and_tokens_per_card_rise_with_concurrency():
+    """Where the frontier must be monotone: for one option, more sequences in flight lengthen each step
+    and raise the output per card (the step's time grows less than in proportion to its batch)."""
+    setup = Setup(cards=64, **V4)
+    levels = [8, 32, 128, 512]
+    agg = [evaluate_instances(setup, Workload(**W4, concurrency=S), instances=2, size=16) for S in levels]
+    dis = [evaluate_split(setup, Workload(**W4, concurrency=S), p_instances=1, p_size=8, d_instances=2, d_size=16)
+           for S in levels]
+    for rows in (agg, dis):
+        tpot = [float(r["tpot_s"]) for r in rows]
+        tpc = [float(r["tokens_per_s_per_card"]) for r in rows]
+        assert tpot == sorted(tpot) and tpc == sorted(tpc) and tpot[0] < tpot[-1]
+
+
+def test_the_frontier_reuses_the_step_tables(monkeypatch):
+    """The step model is called per layout, not per frontier level."""
+    import functools
+
+    calls = []
+    real = tput.step
+
+    @functools.wraps(real)                # the planner reads step's signature for its defaults
+    def counting(*a, **k):
+        calls.append(k.get("phase"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(tput, "step", counting)
+    work = Workload(prompt_tokens=2048, output_tokens=512, concurrency=80)
+    plan(Setup(cards=64, frontier_points=0, **V3), work)
+    without = len(calls)
+    calls.clear()
+    plan(Setup(cards=64, frontier_points=24, **V3), work)
+    assert len(calls) == without > 0

@@ -240,9 +240,28 @@ def test_v4_article_split_is_evaluated_with_the_planners_model(v4):
     art = v4.published_row
     assert art is not None and int(art["cards"]) == R.v4_article_split().cards
     table = v4.comparison()
-    assert list(table["deployment"]) == ["recommended: " + v4.label, "article: " + R.v4_article_split().label]
-    assert table["cards used"].tolist() == [int(v4.best["cards"]), int(art["cards"])]
-    assert table["tokens/s per card"].iloc[0] >= table["tokens/s per card"].iloc[1] or not art["feasible"]
+    alt = v4.aggregated
+    assert alt is not None and bool(alt["feasible"])
+    assert list(table["deployment"]) == ["recommended: " + v4.label,
+                                         "co-located alternative: " + R.aggregated_label(alt),
+                                         "article: " + R.v4_article_split().label]
+    assert table["cards used"].tolist() == [int(v4.best["cards"]), int(alt["cards"]), int(art["cards"])]
+    assert table["tokens/s per card"].iloc[0] >= table["tokens/s per card"].iloc[2] or not art["feasible"]
+
+
+def test_the_co_located_alternative_is_the_plans_and_the_mode_note_says_which_wins(v4, v3):
+    for rec in (v4, v3):
+        alt, plan = rec.aggregated, rec.plan
+        assert alt is not None and alt["tokens_per_s_per_card"] == plan.best_aggregated["tokens_per_s_per_card"]
+        assert rec.targets.tpot_s == plan.targets.tpot_s and rec.targets.tpot_source == plan.targets.tpot_source
+        note = rec.mode_note()
+        winner = "disaggregated" if rec.best["tokens_per_s_per_card"] > alt["tokens_per_s_per_card"] else "aggregated"
+        assert plan.winner == winner and note.startswith(winner.capitalize() + " wins: ") and note.endswith(".")
+        assert R.aggregated_label(alt) in note and rec.label in note
+    small = _v4(cards=8)           # nothing fits either way: the note gives both shortfalls
+    note = small.mode_note()
+    assert small.plan.winner == "neither" and note.startswith("Neither meets the targets: disaggregated, ")
+    assert "co-located, the closest co-located layout, " in note and small.aggregated is None
 
 
 def test_v3_uses_the_log_where_the_layout_matches_and_compares_the_colocated_article(v3):
