@@ -229,9 +229,13 @@ def cmd_throughput(args) -> int:
 def cmd_plan(args) -> int:
     from pdcalc.plan import Setup, Workload, plan
 
+    def tps(values):
+        return None if values is None else tuple(dict.fromkeys(values))
+
     setup = Setup(model=args.model, quant=args.quant, card=args.card, cards=args.cards, mtp=args.mtp,
                   engine=args.engine, utilization=args.utilization,
-                  bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tuple(dict.fromkeys(args.tp)))
+                  bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tps(args.tp),
+                  p_tp_options=tps(args.p_tp), d_tp_options=tps(args.d_tp), frontier_points=args.frontier_points)
     work = Workload(prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
                     concurrency=args.concurrency, ttft_s=args.ttft_ms and args.ttft_ms / 1e3,
                     tpot_s=args.tpot_ms and args.tpot_ms / 1e3)
@@ -244,19 +248,34 @@ def cmd_plan(args) -> int:
     out = {"model": args.model, "card": args.card, "cards": args.cards, "splits": p.splits,
            "evaluated": p.evaluated, "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows,
            "evaluated_means": "for each P layout, D layout and number of D instances, the fewest P instances that "
-                              "meet the prefill load limit and the TTFT target (more are dominated)"}
+                              "meet the prefill load limit and the TTFT target (more are dominated)",
+           "aggregated_evaluated": p.aggregated_evaluated,
+           "aggregated_feasible": 0 if p.aggregated_ranked is None else len(p.aggregated_ranked),
+           **p.answer()}
     if args.json:
         return _print_json(out, indent=2)
+    t = p.targets
     print(f"{out['model']} on {args.cards} x {out['card']}: {out['splits']:,} P/D splits, {out['evaluated']:,} "
-          f"evaluated (the fewest P instances for each D side), {out['feasible']:,} feasible")
-    if p.reason:
-        print(f"  {p.reason}")
-        return 0
-    print(f"  {'P':>9} {'D':>9} {'cards':>5} {'TTFT ms':>9} {'TPOT ms':>8} {'tok/s':>10} {'tok/s/card':>10}  binds")
-    for r in rows:
-        print(f"  {r['p_instances']:>3} x {r['p_size']:<3}{r['d_instances']:>3} x {r['d_size']:<3}{r['cards']:>5} "
-              f"{r['ttft_s'] * 1e3:>9.1f} {r['tpot_s'] * 1e3:>8.2f} {r['output_tokens_per_s']:>10,.0f} "
-              f"{r['tokens_per_s_per_card']:>10,.1f}  {r['binding']}")
+          f"evaluated (the fewest P instances for each D side), {out['feasible']:,} feasible; "
+          f"{out['aggregated_evaluated']:,} co-located options, {out['aggregated_feasible']:,} feasible")
+    for k in ("TPOT", "TTFT"):
+        print(f"  {k} target: {t.stated(k)} ({t.tpot_source if k == 'TPOT' else t.ttft_source})")
+    print(f"  {p.why}")
+    if not p.reason:
+        print(f"  {'P':>9} {'D':>9} {'cards':>5} {'TTFT ms':>9} {'TPOT ms':>8} {'tok/s':>10} {'tok/s/card':>10}  binds")
+        for r in rows:
+            print(f"  {r['p_instances']:>3} x {r['p_size']:<3}{r['d_instances']:>3} x {r['d_size']:<3}{r['cards']:>5} "
+                  f"{r['ttft_s'] * 1e3:>9.1f} {r['tpot_s'] * 1e3:>8.2f} {r['output_tokens_per_s']:>10,.0f} "
+                  f"{r['tokens_per_s_per_card']:>10,.1f}  {r['binding']}")
+    else:
+        print(f"  disaggregated: {p.reason}")
+    a = out["aggregated"]
+    if a.get("option") and a.get("meets_targets"):
+        print(f"  co-located: {a['option']} on {a['cards']:,} cards, TTFT {a['ttft_s'] * 1e3:,.1f} ms, TPOT "
+              f"{a['tpot_s'] * 1e3:,.2f} ms, {a['tokens_per_s_per_card']:,.1f} tok/s/card, chunk "
+              f"{a['chunk_tokens']:,.0f} tokens, prompts {a['prefill_share']:.0%} of each step, binds {a['binding']}")
+    else:
+        print(f"  co-located: {a['result']}")
     return 0
 
 
@@ -357,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_throughput)
 
-    spl = sub.add_parser("plan", help="rank every P/D split of a cluster for a workload")
+    spl = sub.add_parser("plan", help="rank every P/D split of a cluster for a workload, against co-located "
+                                      "instances on the same cards")
     spl.add_argument("--model", default="deepseek-v4-flash", type=_name)
     spl.add_argument("--card", required=True, type=_name)
     spl.add_argument("--cards", type=_int(2, MAX_CARDS), required=True, help="cluster size")
@@ -374,6 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     spl.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
     spl.add_argument("--bandwidth-gb-s", type=_num(*BANDWIDTH_GB_S, low_open=False), default=18.0, help="P -> D bandwidth per request, GB/s")
     spl.add_argument("--tp", type=_int(1, MAX_CARDS), nargs="+", default=[1], help="TP degrees to try (repeats ignored)")
+    spl.add_argument("--p-tp", type=_int(1, MAX_CARDS), nargs="+", default=None,
+                     help="TP degrees to try on the P side (repeats ignored; default: --tp)")
+    spl.add_argument("--d-tp", type=_int(1, MAX_CARDS), nargs="+", default=None,
+                     help="TP degrees to try on the D side (repeats ignored; default: --tp)")
+    spl.add_argument("--frontier-points", type=_int(0, 256), default=16,
+                     help="concurrency levels of the throughput-latency frontier (0: none)")
     spl.add_argument("--top", type=_int(1, MAX_CARDS), default=10, help="how many ranked plans to print")
     spl.add_argument("--json", action="store_true")
     spl.set_defaults(func=cmd_plan)

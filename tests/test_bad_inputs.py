@@ -173,6 +173,13 @@ def test_plan_flags_that_are_now_results():
     once = run_cli(*PLAN, "--cards", "64", "--concurrency", "256", "--json").json
     twice = run_cli(*PLAN, "--cards", "64", "--concurrency", "256", "--tp", "1", "1", "--json").json
     assert once == twice  # a repeated TP degree adds no rows
+    per_role = run_cli(*PLAN, "--cards", "64", "--concurrency", "256", "--p-tp", "1", "1", "--d-tp", "1", "--json").json
+    assert per_role == once  # per-role degrees default to --tp, and repeats are ignored there too
+    for flag in ("--p-tp", "--d-tp"):
+        assert_refused(run_cli(*PLAN, "--cards", "64", "--concurrency", "256", flag, "-1", "--json"), flag)
+        assert_refused(run_cli(*PLAN, "--cards", "64", "--concurrency", "256", flag, "--json"), flag)
+    assert_refused(run_cli(*PLAN, "--cards", "64", "--concurrency", "256", "--frontier-points", "257", "--json"),
+                   "--frontier-points")
     big = assert_clean(run_cli(*PLAN, "--cards", "8192", "--concurrency", "122880", "--json"))
     assert big.json["cards"] == 8192 and big.json["evaluated"] < 10**6 < big.json["splits"]
 
@@ -192,6 +199,10 @@ def test_json_never_holds_a_bare_infinity(write):
     # a card too large for the bound is refused; the JSON of a valid run is strict JSON (no NaN/Infinity)
     out = assert_clean(run_cli(*PLAN, "--cards", "4", "--concurrency", "4096", "--json"))
     json.loads(out.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    # the frontier's levels where nothing fits, and saturated co-located options, are null too
+    out = assert_clean(run_cli(*PLAN, "--cards", "16", "--rate", "50", "--frontier-points", "8", "--json"))
+    data = json.loads(out.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert any(row["option"] == "none" and row["tpot_s"] is None for row in data["frontier"])
     big = card().replace("hbm_bytes = 68719476736", "hbm_bytes = 1e300")
     assert_refused(run_cli("memory", V4, "--card", write("huge.toml", big), "--ep", "8", "--json"), "hbm_bytes")
 
@@ -203,7 +214,7 @@ def test_json_never_holds_a_bare_infinity(write):
     ("validation", [("scheme", "nope")], ["scheme", "nope"]),
     ("plan", [("cards", "1")], ["cards"]),
     ("plan", [("rate_per_s", "2"), ("concurrency", "64")], ["rate_per_s", "concurrency"]),
-    ("plan", [("card", "ascend-910b4-32g")], ["card", "ascend-910b4-32g"]),
+    ("plan", [("card", "h800")], ["card", "h800", "int8"]),
     ("plan", [("utilization", "inf")], ["utilization"]),
     ("per_card", [("d_ep", "1000")], ["d_ep"]),
     ("per_card", [("nope", "1")], ["nope"]),

@@ -146,6 +146,56 @@ def test_plan_json_ranks_and_nothing_fits_is_a_result():
     assert all(r["cards"] <= 32 for r in data["ranked"])
     small = json.loads(run(*args, "--cards", "4").stdout)
     assert small["feasible"] == 0 and small["result"].startswith("nothing fits") and "short by" in small["result"]
+    assert small["winner"] == "neither" and small["disaggregated"]["result"] == small["result"]
+    assert small["aggregated"]["result"].startswith("nothing fits: the closest co-located layout")
+
+
+PLAN_KEYS = {"model", "card", "cards", "splits", "evaluated", "feasible", "result", "ranked", "evaluated_means",
+             "aggregated_evaluated", "aggregated_feasible", "targets", "disaggregated", "aggregated", "winner", "why",
+             "frontier_at_target", "frontier"}
+
+
+def test_plan_json_reports_both_modes_the_winner_the_targets_and_the_frontier():
+    from pdcalc.plan import FRONTIER_COLUMNS, Setup, Workload, plan
+    from pdcalc.recommend import default_targets
+
+    args = ("plan", "--card", "ascend-910b2", "--cards", "64", "--prompt", "24576", "--output", "8192",
+            "--concurrency", "960", "--frontier-points", "6", "--json")
+    data = json.loads(run(*args).stdout)
+    assert set(data) == PLAN_KEYS
+    published = default_targets()
+    assert data["targets"]["TPOT"] == {"seconds": published.tpot_s, "stated": "50.0 ms", "source": published.tpot_source}
+    assert data["targets"]["TTFT"] == {"seconds": None, "stated": "none", "source": published.ttft_source}
+    r = plan(Setup(cards=64, frontier_points=6), Workload(prompt_tokens=24576, output_tokens=8192, concurrency=960))
+    assert data["winner"] == r.winner and data["why"] == r.why
+    d, a = data["disaggregated"], data["aggregated"]
+    assert d["result"] == a["result"] == "fits" and d["meets_targets"] and a["meets_targets"]
+    assert d["tokens_per_s_per_card"] == pytest.approx(r.best["tokens_per_s_per_card"], rel=1e-12)
+    assert d["tokens_per_s_per_card"] == data["ranked"][0]["tokens_per_s_per_card"]
+    assert a["option"] == f"{a['instances']} x {a['size']} co-located" and a["cards"] == a["instances"] * a["size"]
+    assert 0 < a["chunk_tokens"] <= 24576 and 0 < a["prefill_share"] < 1
+    assert set(d["memory_gib"]) == {"P card", "D card"} and set(a["memory_gib"]) == {"co-located card"}
+    for card in (*d["memory_gib"].values(), *a["memory_gib"].values()):
+        assert set(card) == {"weights", "kv_cache", "activations_and_framework", "headroom", "usable"}
+        parts = card["weights"] + card["kv_cache"] + card["activations_and_framework"]
+        assert card["headroom"] == pytest.approx(card["usable"] - parts, rel=1e-9) and card["headroom"] >= 0
+    assert data["winner"] in ("disaggregated", "aggregated") and data["why"].startswith(data["winner"] + " wins: ")
+    assert len(data["frontier"]) == len(r.frontier) and set(data["frontier"][0]) == set(FRONTIER_COLUMNS)
+    assert {row["concurrency"] for row in data["frontier"]} >= {1, 960}
+    at = data["frontier_at_target"]
+    assert set(at) == {"disaggregated", "aggregated"} and at["disaggregated"]["tpot_s"] <= published.tpot_s
+
+
+def test_plan_per_role_tp_flags_and_targets_given():
+    args = ("plan", "--model", "deepseek-v3", "--engine", "vllm", "--no-mtp", "--card", "ascend-910b2", "--cards", "64",
+            "--prompt", "2048", "--output", "512", "--concurrency", "80", "--frontier-points", "0", "--json")
+    data = json.loads(run(*args, "--p-tp", "2", "2", "--d-tp", "1", "4", "--tpot-ms", "80", "--ttft-ms", "4000").stdout)
+    assert {r["p_tp"] for r in data["ranked"]} == {2} and {r["d_tp"] for r in data["ranked"]} <= {1, 4}
+    assert data["targets"]["TPOT"]["stated"] == "80.0 ms" and data["targets"]["TPOT"]["source"] == "given"
+    assert data["targets"]["TTFT"]["seconds"] == 4.0 and data["frontier"] == []
+    assert data["aggregated"]["tp"] in (1, 2, 4)
+    text = run(*args[:-1], "--p-tp", "2").stdout
+    assert "TPOT target: 50.0 ms" in text and "TTFT target: none" in text and " wins: " in text
 
 
 @pytest.mark.parametrize("args,message", [
@@ -153,6 +203,8 @@ def test_plan_json_ranks_and_nothing_fits_is_a_result():
      "TP degree 3 does not divide the 128 attention heads"),
     (("plan", "--card", "nope", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1"), "unknown card 'nope'"),
     (("plan", "--card", "h800", "--cards", "8", "--prompt", "0", "--output", "10", "--rate", "1"), "argument --prompt: must be an integer in 1..16,777,216, got 0"),
+    (("plan", "--card", "h800", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1", "--p-tp", "0"), "argument --p-tp: must be an integer in 1..65,536, got 0"),
+    (("plan", "--card", "h800", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1", "--d-tp", "x"), "argument --d-tp: must be an integer, got 'x'"),
 ])
 def test_throughput_and_plan_errors_are_one_line(args, message):
     out = run(*args)

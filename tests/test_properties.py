@@ -152,7 +152,8 @@ def flags(draw, baseline: dict[str, str]) -> list[str]:
 THROUGHPUT = {"--tp": "8", "--dp": "4", "--ep": "32", "--context": "2048", "--concurrency": "80", "--mfu": "0.5",
               "--mbu": "0.7", "--comm-eff": "0.7"}
 PLAN = {"--cards": "64", "--prompt": "4096", "--output": "1024", "--concurrency": "256", "--ttft-ms": "20000",
-        "--tpot-ms": "100", "--bandwidth-gb-s": "18", "--utilization": "0.9", "--top": "5"}
+        "--tpot-ms": "100", "--bandwidth-gb-s": "18", "--utilization": "0.9", "--top": "5", "--p-tp": "1",
+        "--d-tp": "2", "--frontier-points": "4"}
 MEMORY = {"--ep": "8", "--tp": "1", "--utilization": "0.9", "--redundant": "0"}
 
 
