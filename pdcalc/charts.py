@@ -653,3 +653,72 @@ def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] | None =
         tooltip=["id", "layout", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ratio_low:Q", format=".3f"),
                  alt.Tooltip("ratio_high:Q", format=".3f")])
     return house_style((shade + one + rng + pts).properties(height=alt.Step(22), title=title), label_limit=320)
+
+
+#: Height of the frontier chart's plot, pixels.
+_FRONTIER_HEIGHT = 340
+
+#: Colours, point shapes and names of the planner's two modes on the frontier chart.
+_FRONTIER_MODES = {"disaggregated": ("#1b7837", "circle", "disaggregated (P/D split)"),
+                   "aggregated": ("#8e5cc4", "square", "co-located (aggregated)")}
+
+
+def frontier_chart(rows: pd.DataFrame, target_tpot_s: float | None, title: str):
+    """The throughput-latency frontier (:func:`pdcalc.plan.frontier`): output tokens/s per card against
+    TPOT (log axis, ms), one line per mode through its point at each concurrency (the best option within
+    every target, or past the last concurrency where one is, the best whatever its TPOT), in order of
+    concurrency; a point is filled where it meets every target and hollow where it does not; the TPOT target
+    is a dashed rule, and each mode's most output per card within every target is ringed and labelled.
+    Levels where nothing runs are left out."""
+    alt = altair()
+
+    df = rows.dropna(subset=["tpot_s", "tokens_per_s_per_card"])
+    df = df.assign(tpot_ms=1e3 * df["tpot_s"].astype(float), series=df["mode"].map(
+        lambda m: _FRONTIER_MODES.get(m, ("gray", "triangle", m))[2]),
+        meets=df["meets_targets"].astype(bool))[["concurrency", "mode", "series", "option", "cards", "tpot_ms",
+                                                  "tokens_per_s_per_card", "ttft_s", "meets", "binding"]]
+    modes = [m for m in _FRONTIER_MODES if m in set(df["mode"])]
+    names = [_FRONTIER_MODES[m][2] for m in modes]
+    colors = [_FRONTIER_MODES[m][0] for m in modes]
+    lo = min([df["tpot_ms"].min()] + ([1e3 * target_tpot_s] if target_tpot_s else [])) if len(df) else 1.0
+    hi = max([df["tpot_ms"].max()] + ([1e3 * target_tpot_s] if target_tpot_s else [])) if len(df) else 100.0
+    ticks = [t for t in _ticks_125(hi) if t >= max([t2 for t2 in _ticks_125(hi) if t2 <= lo] or [1])]
+    x = alt.X("tpot_ms:Q", title="TPOT (ms)", scale=alt.Scale(type="log", domain=[ticks[0], ticks[-1]], nice=False),
+              axis=alt.Axis(values=ticks, format=",d"))
+    y = alt.Y("tokens_per_s_per_card:Q", title="output tokens/s per card", scale=alt.Scale(zero=True))
+    color = alt.Color("series:N", title=None, scale=alt.Scale(domain=names, range=colors),
+                      legend=bottom_legend(2, symbolType="stroke", symbolSize=500))
+    tooltip = ["series", "concurrency", "option", "cards", alt.Tooltip("tpot_ms:Q", format=",.1f", title="TPOT (ms)"),
+               alt.Tooltip("tokens_per_s_per_card:Q", format=",.0f", title="tokens/s per card"),
+               alt.Tooltip("ttft_s:Q", format=",.2f", title="TTFT (s)"), "meets", "binding"]
+    base = alt.Chart(df).encode(x=x, y=y, color=color)
+    lines = base.mark_line(strokeWidth=2.5).encode(order="concurrency:Q", detail="series:N")
+    points = [base.transform_filter(alt.FieldEqualPredicate(field="mode", equal=m)).mark_point(
+        shape=_FRONTIER_MODES[m][1], size=70, strokeWidth=2).encode(
+        fill=alt.condition("datum.meets", color, alt.value("white")), tooltip=tooltip) for m in modes]
+    layers = [lines, *points]
+    if target_tpot_s:
+        t = pd.DataFrame({"tpot_ms": [1e3 * target_tpot_s], "label": [f"TPOT target {1e3 * target_tpot_s:g} ms"]})
+        layers += [alt.Chart(t).mark_rule(strokeDash=[5, 4], color="dimgray", strokeWidth=1.5).encode(x="tpot_ms:Q"),
+                   alt.Chart(t).mark_text(align="left", baseline="bottom", dx=6, dy=-6, color="dimgray").encode(
+                       x="tpot_ms:Q", y=alt.value(_FRONTIER_HEIGHT), text="label:N")]
+    best = []
+    for m in modes:
+        f = df[(df["mode"] == m) & df["meets"]]
+        if len(f):
+            r = f.loc[f["tokens_per_s_per_card"].astype(float).idxmax()]
+            best.append({"tpot_ms": float(r["tpot_ms"]), "tokens_per_s_per_card": float(r["tokens_per_s_per_card"]),
+                         "label": f"{float(r['tokens_per_s_per_card']):,.0f}", "mode": m})
+    if best:
+        mk = pd.DataFrame(best)
+        enc = {"x": "tpot_ms:Q", "y": "tokens_per_s_per_card:Q"}
+        layers.append(alt.Chart(mk).mark_point(size=420, shape="circle", filled=False, color="black",
+                                               strokeWidth=2.5).encode(**enc, tooltip=["mode", "label"]))
+        for stroke in ("white", None):  # a white halo under the label, so that lines do not hide it
+            props = {"stroke": stroke, "strokeWidth": 4} if stroke else {}
+            layers.append(alt.Chart(mk).mark_text(align="right", dx=-14, dy=-12, fontSize=13, fontWeight="bold",
+                                                  **props).encode(**enc, text="label:N"))
+    subtitle = ("filled: meets every target; hollow: does not; ringed: the most output per card within every "
+                "target")
+    return house_style(alt.layer(*layers).properties(height=_FRONTIER_HEIGHT,
+                                                     title=alt.TitleParams(title, subtitle=subtitle)))

@@ -87,10 +87,11 @@ since none is published).
 
 **The frontier** (:func:`frontier`, :attr:`Plan.frontier`): at each concurrency of a geometric grid from 1
 sequence to what the cluster's memory holds (plus the workload's own concurrency), the best disaggregated
-split and the best aggregated layout among those that meet every constraint but the TPOT target (so that
-the curve runs past the target), with their output tokens/s per card, TPOT and TTFT, and beside them the
-best that meets the TPOT target too. The per-layout step tables are computed once and reused at every
-level; only the array arithmetic is repeated.
+split and the best aggregated layout that meet every target, or past the last concurrency where one does,
+the best that meets every constraint but the TPOT target (so that the curve runs past the target), with
+their output tokens/s per card, TPOT and TTFT, and beside them the most each mode gives there whatever its
+TPOT. The per-layout step tables are computed once and reused at every level; the disaggregated split of a
+level is found by a pruned search (:func:`_best_split`) that returns what ranking every split would.
 
 **Which splits are evaluated.** For a fixed P layout, D layout and ``n_d``, everything but the cards used
 and the P side's load and TTFT is independent of ``n_p``: the sequences, the TPOT, the output tokens/s and
@@ -1416,8 +1417,8 @@ _WHAT = {"P memory": "the memory of a P card", "D memory": "the memory of a D ca
 # ------------------------------------------------------------------------------------------ frontier
 #: Columns of :func:`frontier`.
 FRONTIER_COLUMNS = ("concurrency", "mode", "option", "cards", "tokens_per_s_per_card", "output_tokens_per_s",
-                    "tpot_s", "ttft_s", "binding", "meets_targets", "pareto", "target_option",
-                    "target_cards", "target_tokens_per_s_per_card", "target_tpot_s", "target_ttft_s")
+                    "tpot_s", "ttft_s", "binding", "meets_targets", "pareto", "fastest_option",
+                    "fastest_cards", "fastest_tokens_per_s_per_card", "fastest_tpot_s", "fastest_ttft_s")
 
 
 def frontier_levels(setup: Setup, work: Workload, lay: Layouts, points: int | None = None) -> np.ndarray:
@@ -1515,14 +1516,15 @@ def frontier(setup: Setup, work: Workload, *, targets: Targets | None = None, la
     """The throughput-latency frontier of both modes over concurrency (module docstring).
 
     One row per concurrency level of :func:`frontier_levels` and mode ("disaggregated", "aggregated"):
-    ``option`` the best option at that concurrency among those that meet every constraint but the TPOT
-    target (memory, KV capacity, prefill load, TTFT; a co-located option then takes whole prompts as its
-    chunk), with its ``cards``, ``tokens_per_s_per_card``, ``output_tokens_per_s``, ``tpot_s``, ``ttft_s``,
-    ``binding`` (under every target) and ``meets_targets`` (TPOT included); ``pareto``: on the frontier of
-    its mode (no other level gives more tokens/s per card at a TPOT as short); ``target_*``: the best
-    option at that concurrency that meets every target (the co-located one with the chunk the TPOT target
-    leaves). Where no option qualifies, ``option`` (or ``target_option``) is "none" and its figures NaN.
-    The step tables of ``lay`` (:func:`layouts`) are computed once and reused at every level."""
+    ``option`` the best option at that concurrency that meets every target (as :func:`plan` would rank it
+    there; a co-located one with the chunk the TPOT target leaves), or where none does, the best that meets
+    every constraint but the TPOT target (a co-located one then takes whole prompts as its chunk), so that
+    the curve runs past the target; with its ``cards``, ``tokens_per_s_per_card``, ``output_tokens_per_s``,
+    ``tpot_s``, ``ttft_s``, ``binding`` (under every target) and ``meets_targets``; ``pareto``: on the
+    frontier of its mode (no other level gives more tokens/s per card at a TPOT as short); ``fastest_*``:
+    the best option at that concurrency whatever its TPOT (every constraint but the TPOT target), the most
+    the mode can give there. Where no option qualifies, the option is "none" and its figures NaN. The step
+    tables of ``lay`` (:func:`layouts`) are computed once and reused at every level."""
     tg = resolve_targets(work, targets)
     work = replace(work, ttft_s=tg.ttft_s, tpot_s=tg.tpot_s)
     lay = lay if lay is not None else layouts(setup, work)
@@ -1542,12 +1544,13 @@ def frontier(setup: Setup, work: Workload, *, targets: Targets | None = None, la
             for ww in (w0, w):
                 c = _best_split(setup, ww, lay.p, lay.d, dec, xfer)
                 one.append(None if c is None else _split_arrays(setup, w0, lay.p, lay.d, dec, xfer, c))
+            point = one[1] if one[1] is not None else one[0]
             meets = binding = None
-            if one[0] is not None:
-                cols, slack = one[0]
+            if point is not None:
+                cols, slack = point
                 slack = {**slack, "TPOT": 1 - cols["tpot_s"] / T if T else slack["TPOT"]}
                 meets, binding = bool(_ok(slack, CONSTRAINTS, 1)[0]), _binding_at(slack, CONSTRAINTS, 0)
-            picks["disaggregated"] = ((one[0][0], 0) if one[0] else None, (one[1][0], 0) if one[1] else None,
+            picks["disaggregated"] = ((point[0], 0) if point else None, (one[0][0], 0) if one[0] else None,
                                       meets, binding)
         if lay.a:
             tab = _agg_table(setup, w, lay.a)
@@ -1556,15 +1559,19 @@ def frontier(setup: Setup, work: Workload, *, targets: Targets | None = None, la
             ok_t = _ok(slack_t, AGG_CONSTRAINTS, len(ca["a"]))
             i0 = _argbest(cols0["tokens_per_s_per_card"], cols0["ttft_s"], _ok(slack0, AGG_CONSTRAINTS, len(ca["a"])))
             it = _argbest(cols_t["tokens_per_s_per_card"], cols_t["ttft_s"], ok_t)
-            picks["aggregated"] = ((cols0, i0) if i0 is not None else None, (cols_t, it) if it is not None else None,
-                                   None if i0 is None else bool(ok_t[i0]),
-                                   None if i0 is None else _binding_at(slack_t, AGG_CONSTRAINTS, i0))
+            if it is not None:
+                point, meets, binding = (cols_t, it), True, _binding_at(slack_t, AGG_CONSTRAINTS, it)
+            elif i0 is not None:      # past the target: TPOT on the mean step, judged under every target
+                point, meets, binding = (cols0, i0), False, _binding_at(slack_t, AGG_CONSTRAINTS, i0)
+            else:
+                point = meets = binding = None
+            picks["aggregated"] = (point, (cols0, i0) if i0 is not None else None, meets, binding)
         for mode in MODES:
             if mode not in picks:
                 continue
-            curve, within, meets, binding = picks[mode]
+            curve, fastest, meets, binding = picks[mode]
             row = {"concurrency": int(S), "mode": mode}
-            for prefix, pick in (("", curve), ("target_", within)):
+            for prefix, pick in (("", curve), ("fastest_", fastest)):
                 if pick is None:
                     row.update({f"{prefix}option": "none", f"{prefix}cards": np.nan,
                                 f"{prefix}tokens_per_s_per_card": np.nan, f"{prefix}tpot_s": np.nan,
@@ -1617,15 +1624,13 @@ def frontier_at_target(front: pd.DataFrame | None) -> dict:
     if front is None or front.empty:
         return out
     for mode in MODES:
-        f = front[(front["mode"] == mode) & front["target_tokens_per_s_per_card"].notna()]
+        f = front[(front["mode"] == mode) & front["meets_targets"].astype(bool)]
         if f.empty:
             continue
-        r = f.sort_values(["target_tokens_per_s_per_card", "concurrency"], ascending=[False, True],
-                          kind="stable").iloc[0]
-        out[mode] = {"tokens_per_s_per_card": float(r["target_tokens_per_s_per_card"]),
-                     "concurrency": int(r["concurrency"]), "option": str(r["target_option"]),
-                     "cards": int(r["target_cards"]), "tpot_s": float(r["target_tpot_s"]),
-                     "ttft_s": float(r["target_ttft_s"])}
+        r = f.sort_values(["tokens_per_s_per_card", "concurrency"], ascending=[False, True], kind="stable").iloc[0]
+        out[mode] = {"tokens_per_s_per_card": float(r["tokens_per_s_per_card"]),
+                     "concurrency": int(r["concurrency"]), "option": str(r["option"]),
+                     "cards": int(r["cards"]), "tpot_s": float(r["tpot_s"]), "ttft_s": float(r["ttft_s"])}
     return out
 
 

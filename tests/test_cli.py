@@ -184,6 +184,8 @@ def test_plan_json_reports_both_modes_the_winner_the_targets_and_the_frontier():
     assert {row["concurrency"] for row in data["frontier"]} >= {1, 960}
     at = data["frontier_at_target"]
     assert set(at) == {"disaggregated", "aggregated"} and at["disaggregated"]["tpot_s"] <= published.tpot_s
+    assert at["disaggregated"]["tokens_per_s_per_card"] == max(
+        row["tokens_per_s_per_card"] for row in data["frontier"] if row["mode"] == "disaggregated" and row["meets_targets"])
 
 
 def test_plan_per_role_tp_flags_and_targets_given():

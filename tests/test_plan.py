@@ -408,7 +408,7 @@ from dataclasses import replace  # noqa: E402
 
 from pdcalc import throughput as tput  # noqa: E402
 from pdcalc.plan import (AGG_CONSTRAINTS, Targets, aggregated_card_plan, aggregated_label, evaluate_aggregated,  # noqa: E402
-                         evaluate_instances, frontier_levels, layouts)
+                         evaluate_instances, frontier, frontier_levels, layouts)
 
 W4 = dict(prompt_tokens=8192, output_tokens=2048)
 
@@ -614,31 +614,20 @@ def test_frontier_pareto_points_are_monotone(v4_front):
             assert ((p["tpot_s"] <= o["tpot_s"]) & (p["tokens_per_s_per_card"] >= o["tokens_per_s_per_card"])).any()
 
 
-def test_frontier_within_target_never_beats_the_curve_and_meets_the_target(v4_front):
+def test_frontier_points_meet_the_targets_until_none_does_and_never_beat_the_fastest(v4_front):
     _, r = v4_front
-    f = r.frontier.dropna(subset=["target_tokens_per_s_per_card"])
-    assert len(f) > 5
-    assert (f["target_tokens_per_s_per_card"] <= f["tokens_per_s_per_card"] + 1e-9).all()
-    assert (f["target_tpot_s"] <= r.targets.tpot_s + 1e-12).all()
-    meets = r.frontier[r.frontier["meets_targets"]]
-    assert (meets["target_tokens_per_s_per_card"] >= meets["tokens_per_s_per_card"] - 1e-9).all()
+    f = r.frontier.dropna(subset=["tokens_per_s_per_card"])
+    assert len(f) > 5 and f["meets_targets"].any() and (~f["meets_targets"]).any()
+    assert (f["tokens_per_s_per_card"] <= f["fastest_tokens_per_s_per_card"] + 1e-9).all()
+    meets = f[f["meets_targets"]]
     assert (meets["tpot_s"] <= r.targets.tpot_s).all()
-    assert (r.frontier.loc[~r.frontier["meets_targets"] & r.frontier["tpot_s"].notna(), "binding"] != "").all()
-
-
-def test_frontier_at_the_workloads_concurrency_is_the_plan(v4_front):
-    _, r = v4_front
-    at = r.frontier[r.frontier["concurrency"] == 960].set_index("mode")
-    from pdcalc.plan import split_label
-    assert at.loc["disaggregated", "target_option"] == split_label(r.best)
-    assert at.loc["disaggregated", "target_tokens_per_s_per_card"] == pytest.approx(r.best.tokens_per_s_per_card)
-    assert at.loc["aggregated", "target_option"] == aggregated_label(r.best_aggregated)
-    assert at.loc["aggregated", "target_tokens_per_s_per_card"] == pytest.approx(
-        r.best_aggregated.tokens_per_s_per_card)
-    top = r.frontier_at_target()
-    for mode in ("disaggregated", "aggregated"):
-        assert top[mode]["tokens_per_s_per_card"] == pytest.approx(
-            r.frontier.loc[r.frontier["mode"] == mode, "target_tokens_per_s_per_card"].max())
+    past = f[~f["meets_targets"]]                      # past the target: the fastest option, judged under every target
+    assert (past["option"] == past["fastest_option"]).all() and (past["binding"] != "").all()
+    assert past["binding"].isin(["TPOT", "prefill load", "TTFT", "KV capacity"]).all()
+    for mode in ("disaggregated", "aggregated"):     # a mode meets the targets up to some concurrency, not beyond
+        m = r.frontier[r.frontier["mode"] == mode]
+        last = m.loc[m["meets_targets"], "concurrency"].max()
+        assert not m.loc[m["concurrency"] > last, "meets_targets"].any()
 
 
 @pytest.mark.parametrize("model,cards,tp,ttft", [("v4", 64, (1,), None), ("v3", 32, (1, 2), 2.0),
@@ -698,3 +687,33 @@ def test_the_frontier_reuses_the_step_tables(monkeypatch):
     calls.clear()
     plan(Setup(cards=64, frontier_points=24, **V3), work)
     assert len(calls) == without > 0
+
+
+# ------------------------------------------------------------------ the frontier chart
+
+def test_frontier_chart_fills_the_column_draws_both_modes_the_target_and_the_best(v4_front):
+    import re as _re
+
+    from pdcalc import charts
+
+    _, r = v4_front
+    chart = charts.frontier_chart(r.frontier, r.targets.tpot_s, "output per card against TPOT")
+    spec = chart.to_dict()
+    cfg = spec["config"]
+    assert cfg["axis"]["labelFontSize"] >= 12 and cfg["axis"]["titleFontSize"] >= 13 and cfg["title"]["fontSize"] >= 13
+    data = [row for rows in spec["datasets"].values() for row in rows]
+    series = {row.get("series") for row in data if "series" in row}
+    assert series == {"disaggregated (P/D split)", "co-located (aggregated)"}
+    assert {"tpot_ms": 1e3 * r.targets.tpot_s, "label": "TPOT target 50 ms"} in data
+    rings = [row for row in data if set(row) == {"tpot_ms", "tokens_per_s_per_card", "label", "mode"}]
+    top = r.frontier_at_target()
+    assert sorted(row["label"] for row in rings) == sorted(f"{top[m]['tokens_per_s_per_card']:,.0f}" for m in top)
+    vlc = pytest.importorskip("vl_convert")
+    svg = vlc.vegalite_to_svg(spec)
+    width = float(_re.search(r'<svg[^>]*\swidth="([\d.]+)"', svg).group(1))
+    assert 0.85 * charts.CHART_WIDTH <= width <= charts.CHART_WIDTH
+    # without a TPOT target there is no rule, and a mode with nothing that runs is left out
+    none = charts.frontier_chart(r.frontier[r.frontier["mode"] == "aggregated"], None, "t").to_dict()
+    rows = [row for rows in none["datasets"].values() for row in rows]
+    assert not any("TPOT target" in str(row.get("label")) for row in rows)
+    assert {row.get("series") for row in rows if "series" in row} == {"co-located (aggregated)"}
