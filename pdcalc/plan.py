@@ -1079,17 +1079,27 @@ class Plan:
 
     def options(self) -> pd.DataFrame:
         """The best disaggregated split and the best co-located layout side by side, in the units a reader
-        reads: the option, cards, TTFT (s), TPOT (ms), output tokens/s per card and in all, what limits it
-        (the first constraint it fails, or the one closest to its limit) and whether it meets every target.
-        A mode where nothing fits shows its closest option (its row says what it fails on)."""
+        reads and rounded as shown (TTFT to 10 ms, TPOT to 0.1 ms, tokens/s to whole tokens; "unbounded"
+        for a saturated prefill): the option, cards, TTFT (s), TPOT (ms), output tokens/s per card and in
+        all, what limits it (the first constraint it fails, or the one closest to its limit) and whether it
+        meets every target. A mode where nothing fits shows its closest option (its row says what it fails
+        on)."""
+        from pdcalc.precision import round_decimals
+
+        def shown(x: float, decimals: int):
+            x = float(x)
+            if not math.isfinite(x):
+                return "unbounded"
+            return int(round(x)) if decimals == 0 else round_decimals(x, decimals)
+
         rows = []
         for mode, row in self._options_rows().items():
             if row is None:
                 continue
             rows.append({"mode": mode, "option": option_label(row, mode), "cards": int(row["cards"]),
-                         "TTFT (s)": float(row["ttft_s"]), "TPOT (ms)": 1e3 * float(row["tpot_s"]),
-                         "output tokens/s per card": float(row["tokens_per_s_per_card"]),
-                         "output tokens/s": float(row["output_tokens_per_s"]), "limited by": str(row["binding"]),
+                         "TTFT (s)": shown(row["ttft_s"], 2), "TPOT (ms)": shown(1e3 * float(row["tpot_s"]), 1),
+                         "output tokens/s per card": shown(row["tokens_per_s_per_card"], 0),
+                         "output tokens/s": shown(row["output_tokens_per_s"], 0), "limited by": str(row["binding"]),
                          "meets every target": bool(row["feasible"])})
         return pd.DataFrame(rows, columns=["mode", "option", "cards", "TTFT (s)", "TPOT (ms)",
                                            "output tokens/s per card", "output tokens/s", "limited by",
@@ -1157,8 +1167,8 @@ class Plan:
         return out
 
     def memory(self) -> pd.DataFrame:
-        """:meth:`card_memory` as a table in GiB: weights, KV cache in use, activations and framework,
-        headroom, and what ``utilization`` lets the engine fill; one column per card."""
+        """:meth:`card_memory` as a table in GiB to two decimals: weights, KV cache in use, activations and
+        framework, headroom, and what ``utilization`` lets the engine fill; one column per card."""
         names = {"weights": "weights", "kv_cache": "KV cache in use", "overhead": "activations and framework"}
         cols = {}
         for name, mp in self.card_memory().items():
@@ -1166,7 +1176,7 @@ class Plan:
             vals["headroom"] = mp.free_bytes / 2**30
             vals["usable (utilization x memory)"] = mp.usable_bytes / 2**30
             cols[f"{name} (GiB)"] = vals
-        df = pd.DataFrame(cols)
+        df = pd.DataFrame(cols).round(2)           # GiB to two decimals, as the engines print them
         df.index.name = "per card"
         return df.reset_index() if len(df.columns) else pd.DataFrame()
 
