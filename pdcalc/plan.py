@@ -78,7 +78,8 @@ layout). With the prefill cost set to zero the aggregated option is the D side a
 at ``n = n_d`` (a test checks it).
 
 **Which wins.** :func:`plan` returns the best disaggregated split and the best aggregated layout under the
-same targets: the one with more output tokens per second per card wins (:attr:`Plan.winner`), and
+same targets: the one with more output tokens per second per card wins (:attr:`Plan.winner`; on a tie, as
+when both serve a request rate on as many cards, the shorter TTFT, then TPOT), and
 :attr:`Plan.why` says by how much and what holds the other back; when only one meets the targets it wins,
 when neither does the result says why for each. The targets are always stated (:attr:`Plan.targets`):
 without a TPOT or TTFT target from the caller, the published service level of
@@ -1393,6 +1394,15 @@ def _winner(p: Plan) -> tuple[str, str]:
 
     if d is not None and a is not None:
         dt, at = float(d["tokens_per_s_per_card"]), float(a["tokens_per_s_per_card"])
+        if math.isclose(dt, at, rel_tol=1e-9):     # e.g. a rate both serve on as many cards: TTFT, then TPOT decide
+            keys = [(float(r["ttft_s"]), float(r["tpot_s"])) for r in (d, a)]
+            mode = "disaggregated" if keys[0] <= keys[1] else "aggregated"
+            win, lose = (d, a) if mode == "disaggregated" else (a, d)
+            on = "TTFT" if keys[0][0] != keys[1][0] else "TPOT"
+            col = "ttft_s" if on == "TTFT" else "tpot_s"
+            return mode, (f"{mode} wins: {split_label(d)} and {aggregated_label(a)} both serve {dt:,.0f} output tokens/s "
+                          f"per card under the same targets, and {option_label(win, mode)} has the shorter {on}, "
+                          f"{_ms(float(win[col]))} against {_ms(float(lose[col]))}")
         if dt > at:
             return "disaggregated", (
                 f"disaggregated wins: {split_label(d)} serves {dt:,.0f} output tokens/s per card, {dt / at:.2f} "

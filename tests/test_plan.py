@@ -717,3 +717,13 @@ def test_frontier_chart_fills_the_column_draws_both_modes_the_target_and_the_bes
     rows = [row for rows in none["datasets"].values() for row in rows]
     assert not any("TPOT target" in str(row.get("label")) for row in rows)
     assert {row.get("series") for row in rows if "series" in row} == {"co-located (aggregated)"}
+
+
+def test_a_tie_in_output_per_card_is_broken_by_ttft():
+    """Given a rate, both modes serve the same output; on as many cards the shorter TTFT wins."""
+    r = plan(Setup(cards=64, d_tp_options=(1, 2), frontier_points=0, **V4),
+             Workload(prompt_tokens=4096, output_tokens=1024, rate_per_s=5.0, ttft_s=3.0))
+    d, a = r.best, r.best_aggregated
+    assert d.tokens_per_s_per_card == pytest.approx(a.tokens_per_s_per_card, rel=1e-9)
+    winner = "disaggregated" if d.ttft_s <= a.ttft_s else "aggregated"
+    assert r.winner == winner and "both serve" in r.why and "has the shorter TTFT" in r.why
