@@ -1472,14 +1472,18 @@ def _argbest(tpc: np.ndarray, ttft: np.ndarray, ok: np.ndarray) -> int | None:
     return int(idx[order[0]])
 
 
+#: D entries the frontier's search takes first (each later batch four times the one before).
+SEARCH_BATCH = 256
+
+
 def _best_split(setup: Setup, work: Workload, p_sides: list[Side], d_sides: list[Side], dec: _Decode,
-                xfer: np.ndarray) -> dict | None:
+                xfer: np.ndarray, batch: int | None = None) -> dict | None:
     """The candidate (index arrays of one split) that :func:`plan` would rank first under ``work``, or
     ``None`` when none is feasible, found without evaluating every candidate: the D side alone bounds a
     split's output per card (its output over its D cards plus the smallest P instance that fits), so D
     entries are taken in order of that bound, paired with every P layout that fits, and the search stops
     once the best found beats every bound left. Ties are broken as the ranking breaks them (TTFT, then the
-    candidates' order)."""
+    candidates' order). ``batch``: the first batch of D entries (default :data:`SEARCH_BATCH`)."""
     if not p_sides or not d_sides:
         return None
     C = setup.cards
@@ -1501,7 +1505,7 @@ def _best_split(setup: Setup, work: Workload, p_sides: list[Side], d_sides: list
         bound = dec.out_tok_s / (n_d * d_size + p_size[p_ok].min())
     order = np.flatnonzero(ok_d)
     order = order[np.argsort(-bound[order], kind="stable")]
-    best, best_key, pos, chunk = None, None, 0, 256
+    best, best_key, pos, chunk = None, None, 0, batch or SEARCH_BATCH
     pps = np.array([p.prompts_per_s for p in p_sides], dtype=float)
     pf = np.array([p.prefill_s for p in p_sides], dtype=float)
     xf = np.asarray(xfer, dtype=float)

@@ -258,6 +258,9 @@ def test_large_cluster_is_linear():
     r = plan(Setup(cards=8192), work)
     assert r.splits > 10**8 > 10**6 > r.evaluated
     assert r.best is not None and r.best.cards <= 8192
+    # the co-located side too: every layout at every number of instances, cards // size of them
+    assert r.aggregated_evaluated == sum(8192 // s for s in set(r.aggregated["size"])) < 10**5
+    assert r.best_aggregated is not None and r.best_aggregated.cards <= 8192 and len(r.frontier) > 0
 
 
 # ------------------------------------------------------------------ nothing fits
@@ -631,10 +634,12 @@ def test_frontier_points_meet_the_targets_until_none_does_and_never_beat_the_fas
 
 
 @pytest.mark.parametrize("model,cards,tp,ttft", [("v4", 64, (1,), None), ("v3", 32, (1, 2), 2.0),
-                                                 ("v3", 64, (1, 2, 4), None)])
+                                                 ("v3", 64, (1, 2, 4), None), ("v4", 2048, (1,), None),
+                                                 ("v3", 1024, (1, 2), 2.0)])
 def test_frontier_search_finds_what_ranking_every_split_finds(model, cards, tp, ttft):
     """Each level's split comes from a pruned search (the D side bounds the output per card); it is the
-    one the planner's ranking of every evaluated split puts first."""
+    one the planner's ranking of every evaluated split puts first. The large clusters have more D entries
+    than the search's first batch, and batches of one make where it stops matter everywhere."""
     from pdcalc.plan import _best_split, _decode_table, _transfer
 
     setup = Setup(cards=cards, tp_options=tp, **(V4 if model == "v4" else V3))
@@ -644,13 +649,14 @@ def test_frontier_search_finds_what_ranking_every_split_finds(model, cards, tp, 
     for S in frontier_levels(setup, work, lay, 10):
         for w in (replace(work, concurrency=int(S)), replace(work, concurrency=int(S), tpot_s=None)):
             dec = _decode_table(setup, w, lay.d)
-            found = _best_split(setup, w, lay.p, lay.d, dec, _transfer(setup, w, lay.p))
             best = ranked(evaluate(setup, w, lay.p, lay.d))
-            assert (found is None) == best.empty
-            if found is not None:
-                one = evaluate(setup, w, lay.p, lay.d, candidates=found).iloc[0]
-                assert [int(one[k]) for k in KEYS] == [int(best.iloc[0][k]) for k in KEYS]
-                checked += 1
+            for batch in (None, 1):            # batches of one: the search stops as early as its bound lets it
+                found = _best_split(setup, w, lay.p, lay.d, dec, _transfer(setup, w, lay.p), batch=batch)
+                assert (found is None) == best.empty
+                if found is not None:
+                    one = evaluate(setup, w, lay.p, lay.d, candidates=found).iloc[0]
+                    assert [int(one[k]) for k in KEYS] == [int(best.iloc[0][k]) for k in KEYS]
+                    checked += 1
     assert checked >= 8
 
 
