@@ -129,6 +129,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -438,8 +439,15 @@ def layout_weights(setup: Setup, size: int, tp: int) -> float:
     log = weights_log(setup, size, tp)
     if log is not None:
         return log.bytes
-    return card_weights(setup.weights_model or setup.model, setup.weights_quant or setup.quant, ep=size, tp=tp,
-                        mtp=setup.mtp).total_bytes
+    model, quant = setup.weights_model or setup.model, setup.weights_quant or setup.quant
+    if isinstance(model, str) and isinstance(quant, str):     # a preset: the same layout is sized once
+        return _preset_weights(model, quant, size, tp, setup.mtp)
+    return card_weights(model, quant, ep=size, tp=tp, mtp=setup.mtp).total_bytes
+
+
+@cache
+def _preset_weights(model: str, quant: str, ep: int, tp: int, mtp: bool) -> float:
+    return card_weights(model, quant, ep=ep, tp=tp, mtp=mtp).total_bytes
 
 
 def seq_kv_bytes(setup: Setup, context) -> np.ndarray | float:
