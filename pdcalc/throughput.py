@@ -39,10 +39,18 @@ a sliding window of raw entries on every layer, compressed entries on ratio-4 an
 indexer keys on ratio-4 layers, compressor states. A decode step reads only what the new token
 attends to (:func:`kv_read_bytes_per_sequence`).
 
-Not modelled: activation memory traffic, kernel launch and synchronisation latency, speculative
-decoding: the MTP layers are not run in the step, and neither their weights nor their KV cache are
-counted; prefix-cache hits; DeepSeek-V4's compressor pooling, compressor-state reads and mHC mixing
-beyond its parameters.
+Two cost models (``costs``): ``"roofline"``, the formulas above with flat assumed efficiencies, and
+``"published"``, where every GEMM, attention kernel, all-reduce and dispatch/combine message is timed from
+the published kernel tables of ``pdcalc/data/costs.toml`` (:mod:`pdcalc.costs`): DeepGEMM's GEMM ceilings
+by shape, FlashMLA/AMLA attention ceilings, DeepEP alpha-beta per message, an NCCL all-reduce fit, with MTP
+speculative decoding, EPLB imbalance and DeepSeek's two-micro-batch overlap as parameters
+(:func:`step`). A card without a figure of its own carries its maker's measured card's, said in
+``StepTime.cost_sources``.
+
+Not modelled: elementwise kernels (norms, activations, quantisation, routing) and their activation
+traffic, kernel launch latency under graph capture, compute and communication slowing each other when
+overlapped; the MTP module's weights and KV cache in memory; prefix-cache hits; DeepSeek-V4's compressor
+pooling, compressor-state reads and mHC mixing beyond its parameters.
 
 Sources: DeepSeek-V3 ``inference/model.py`` (``MLA.forward``: ``attn_impl = "naive"`` expands the
 latent into per-head keys and values, ``"absorb"`` scores queries against the latent cache itself;
@@ -56,7 +64,7 @@ dispatch, BF16 combine).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
@@ -543,6 +551,747 @@ def ep_alltoall_per_layer(model, card, *, tokens_per_card, ep: int,
     return _out(b, scalar), _out(t, scalar)
 
 
+# ------------------------------------------------------------------------------ published costs
+#: The cost models :func:`step` offers: ``"roofline"``, flat assumed efficiencies (:data:`DEFAULT_MFU`,
+#: :data:`DEFAULT_MBU`, :data:`DEFAULT_COMM_EFF`) on whole-step FLOPs, bytes and bytes sent; ``"published"``,
+#: every kernel and message timed from the published figures of ``pdcalc/data/costs.toml``
+#: (:mod:`pdcalc.costs`).
+COSTS = ("roofline", "published")
+#: The cost model of :func:`step` when none is named.
+DEFAULT_COSTS = "roofline"
+
+#: The card and dtype of the only published GEMM tables (DeepGEMM's README, :mod:`pdcalc.costs`).
+GEMM_REFERENCE = ("h800", "fp8")
+#: Where a card has no published figure of a kind, the card its efficiency is carried from: the
+#: measured card of the same maker (``hardware.toml`` ``family``).
+NEAREST_CARD = {"nvidia": "h800", "ascend": "ascend-910c"}
+#: Devices (EP ranks) per card where a card is a package of several: a 910C package holds two dies and
+#: CANN exposes each as its own device (arXiv 2506.12708; the A3 runs of pdcalc/data/measurements.toml
+#: launch 16 ranks on 8 packages).
+RANKS_PER_CARD = {"ascend-910c": 2}
+#: Cards whose scale-up fabric spans more than a server, in cards: the CloudMatrix384 supernode links its
+#: 384 910C NPUs over the UB plane (arXiv 2506.12708), and DeepEP-Ascend's A3 tables are 'Intranode' at
+#: every EP size.
+SCALE_UP_DOMAIN = {"ascend-910c": 384}
+#: Bytes of one FP8 / INT8 dispatched hidden value including its scale: one FP32 scale per 128 values
+#: (DeepSeek-V3 report §3.3.2, fine-grained 1 x 128 activation tiles; DeepEP's FP8 dispatch).
+FP8_SCALE_BYTES_PER_VALUE = 4 / 128
+
+
+@dataclass(frozen=True)
+class CostSource:
+    """Where one component of a published-cost step takes its cost from.
+
+    ``carried`` is True where the figure was measured on another card or in another dtype than the one
+    it is applied to; ``note`` says how it was carried (as a share of the other card's peak, scaled by
+    link bandwidth, ...)."""
+
+    component: str          # "GEMM (dense)", "MLA attention", "MoE dispatch/combine", ...
+    applied_to: str         # card (and dtype) of the step
+    measured_on: str        # card (and dtype) of the published figure
+    tables: tuple           # pdcalc/data/costs.toml table ids
+    carried: bool
+    note: str
+
+
+def _costs():
+    from pdcalc import costs
+    return costs
+
+
+def _nearest(card: Card, have) -> str:
+    """``card`` itself if it has a figure (``have``: card names), else its maker's measured card, else H800."""
+    if card.name in have:
+        return card.name
+    near = NEAREST_CARD.get(card.family)
+    return near if near in have else GEMM_REFERENCE[0]
+
+
+# --------------------------------------------------------------------- GEMM
+@dataclass(frozen=True)
+class GemmCeiling:
+    """The two ceilings of one published GEMM shape (DeepGEMM's README tables, H800, FP8).
+
+    ``flop_per_s`` is the highest FLOP/s any row of the shape reached (its compute ceiling),
+    ``bytes_per_s`` the highest memory bandwidth any row of the shape reached, in this operation's table
+    or in the dense table (its memory ceiling: small-``M`` rows stream the weights). As shares of the
+    measured card's peak they carry to other cards and dtypes."""
+
+    operation: str
+    n: int
+    k: int
+    flop_per_s: float
+    bytes_per_s: float
+    compute_share: float          # flop_per_s / peak FLOP/s of the measured card and dtype
+    memory_share: float           # bytes_per_s / HBM bandwidth of the measured card
+    tables: tuple
+
+
+@cache
+def gemm_ceilings(operation: str) -> tuple[GemmCeiling, ...]:
+    """The published GEMM shapes of one ``operation`` ("dense", "grouped_contiguous", "grouped_masked")
+    with their compute and memory ceilings (:class:`GemmCeiling`)."""
+    costs = _costs()
+    card, dtype = GEMM_REFERENCE
+    own = costs.gemm(card, dtype, operation=operation)
+    dense = costs.gemm(card, dtype, operation="dense")
+    ref = get_card(card)
+    out = []
+    for n, k in sorted({(p.n, p.k) for p in own}):
+        rows = [p for p in own if (p.n, p.k) == (n, k)]
+        mem_rows = rows + [p for p in dense if (p.n, p.k) == (n, k)]
+        f = max(p.achieved_flop_per_s for p in rows)
+        b = max(p.memory_bytes_per_s for p in mem_rows)
+        out.append(GemmCeiling(operation=operation, n=n, k=k, flop_per_s=f, bytes_per_s=b,
+                               compute_share=f / ref.flops(dtype), memory_share=b / ref.hbm_bandwidth_bytes_per_s,
+                               tables=tuple(sorted({p.table_id for p in mem_rows}))))
+    return tuple(out)
+
+
+def nearest_gemm(operation: str, n: int, k: int) -> GemmCeiling:
+    """The published shape of ``operation`` nearest to ``n x k`` (sum of the log ratios of both sides)."""
+    return min(gemm_ceilings(operation), key=lambda g: (abs(np.log(g.n / n)) + abs(np.log(g.k / k)), g.n, g.k))
+
+
+def gemm_bytes(m, n: int, k: int, *, weight_bytes: float, in_bytes: float = 1.0, out_bytes: float = 2.0):
+    """Bytes a GEMM moves as DeepGEMM counts them: the weights, the ``m x k`` input and the ``m x n`` output.
+
+    .. math:: B = W + m\\,k\\,s_\\text{in} + m\\,n\\,s_\\text{out}
+    """
+    return weight_bytes + m * (k * in_bytes + n * out_bytes)
+
+
+def gemm_seconds(operation: str, n: int, k: int, *, flops, bytes_moved, card, dtype: str,
+                 peak_flops_per_s: float | None = None):
+    """Time of one GEMM (or grouped GEMM) of shape ``n x k`` on ``card``: the slower of its two ceilings.
+
+    .. math:: t = \\max\\Bigl(\\frac{F}{s_F P}, \\frac{B}{s_B W}\\Bigr)
+
+    with ``s_F`` and ``s_B`` the compute and memory shares of the nearest published shape
+    (:func:`nearest_gemm`), ``P`` the card's peak in ``dtype`` and ``W`` its HBM bandwidth. Returns
+    ``(seconds, compute_bound)``.
+    """
+    c = get_card(card)
+    g = nearest_gemm(operation, n, k)
+    p = peak_flops_per_s if peak_flops_per_s is not None else c.flops(dtype)
+    t_f = flops / (g.compute_share * p)
+    t_b = bytes_moved / (g.memory_share * c.hbm_bandwidth_bytes_per_s)
+    return np.maximum(t_f, t_b), t_f >= t_b
+
+
+def gemm_check() -> pd.DataFrame:
+    """Every published GEMM row against :func:`gemm_seconds` on the H800 in FP8: the rows that set a
+    ceiling are reproduced by construction, the others (intermediate ``M``) are a check of the
+    two-ceiling model. Columns ``table, operation, m, n, k, groups, published_s, model_s, ratio, sets_ceiling``."""
+    costs = _costs()
+    card, dtype = GEMM_REFERENCE
+    rows = []
+    for op in ("dense", "grouped_contiguous", "grouped_masked"):
+        g_by = {(g.n, g.k): g for g in gemm_ceilings(op)}
+        for p in costs.gemm(card, dtype, operation=op):
+            groups = p.groups or 1
+            m = p.m if p.m is not None else p.m_per_group * groups
+            f = 2.0 * m * p.n * p.k
+            b = gemm_bytes(m, p.n, p.k, weight_bytes=groups * p.n * p.k)
+            t, _ = gemm_seconds(op, p.n, p.k, flops=f, bytes_moved=b, card=card, dtype=dtype)
+            pub = f / p.achieved_flop_per_s
+            g = g_by[(p.n, p.k)]
+            rows.append({"table": p.table_id, "operation": op, "m": m, "n": p.n, "k": p.k, "groups": groups,
+                         "published_s": pub, "model_s": float(t), "ratio": float(t) / pub,
+                         "sets_ceiling": bool(p.achieved_flop_per_s == g.flop_per_s
+                                              or p.memory_bytes_per_s == g.bytes_per_s)})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------- MLA attention
+@dataclass(frozen=True)
+class AttentionCeilings:
+    """Compute and memory shares an MLA attention kernel reaches on one card, and where they come from."""
+
+    compute_share: float      # of the card's peak in the attention dtype
+    memory_share: float       # of the card's HBM bandwidth
+    sources: tuple
+
+
+@cache
+def attention_ceilings(card: str, attn_dtype: str = "bf16") -> AttentionCeilings:
+    """Shares of peak a dense MLA decoding kernel reaches (FlashMLA on the H800, AMLA on the 910C).
+
+    Compute: the highest published FLOP/s of the card's dense kernels over its peak in ``attn_dtype``
+    (the preset's); memory: the highest published bandwidth over its HBM bandwidth. A card without a
+    figure takes the share of its maker's measured card (:data:`NEAREST_CARD`), the memory share of the
+    H800 where its maker published none. Prefill attention has no published figure: the decoding
+    kernel's compute share is used for it (see :func:`step`).
+    """
+    costs = _costs()
+    c = get_card(card)
+    pts = [p for p in costs.points("mla") if p.attention == "dense" and p.phase == "decode"]
+    comp = [p for p in pts if p.achieved_flop_per_s is not None]
+    mem = [p for p in pts if p.memory_bytes_per_s is not None and p.bound == "memory"]
+    src_c = _nearest(c, {p.card for p in comp})
+    src_m = _nearest(c, {p.card for p in mem})
+    sc, sm = get_card(src_c), get_card(src_m)
+    best_c = max((p for p in comp if p.card == src_c), key=lambda p: p.achieved_flop_per_s)
+    best_m = max((p for p in mem if p.card == src_m), key=lambda p: p.memory_bytes_per_s)
+    cs = best_c.achieved_flop_per_s / sc.flops(attn_dtype if attn_dtype in sc.flops_per_s else "bf16")
+    ms = best_m.memory_bytes_per_s / sm.hbm_bandwidth_bytes_per_s
+    sources = (
+        CostSource("MLA attention, compute", f"{c.name} {attn_dtype}", f"{src_c} bf16", (best_c.table_id,),
+                   src_c != c.name or attn_dtype != "bf16",
+                   f"{best_c.achieved_flop_per_s / 1e12:g} TFLOPS of a dense decoding kernel = {cs:.1%} of "
+                   f"{src_c}'s BF16 peak" + ("" if src_c == c.name else f", carried to {c.name} as a share of its "
+                                                                        f"{attn_dtype} peak")),
+        CostSource("MLA attention, memory", c.name, src_m, (best_m.table_id,), src_m != c.name,
+                   f"{best_m.memory_bytes_per_s / 1e9:g} GB/s = {ms:.1%} of {src_m}'s HBM bandwidth"
+                   + ("" if src_m == c.name else f", carried to {c.name} as a share of its HBM bandwidth")),
+    )
+    return AttentionCeilings(compute_share=cs, memory_share=ms, sources=sources)
+
+
+# --------------------------------------------------------------------- MoE dispatch / combine
+def _ranks(card: Card) -> int:
+    return RANKS_PER_CARD.get(card.name, 1)
+
+
+def _domain(card: Card) -> int:
+    """Cards that reach each other over the scale-up fabric (NVLink, HCCS, UB)."""
+    return SCALE_UP_DOMAIN.get(card.name, card.cards_per_node)
+
+
+def _interp_log2(x, xs, ys):
+    """``ys`` at ``x``, linear in log2 of the EP size between published sizes, constant beyond them."""
+    order = np.argsort(xs)
+    xs, ys = np.log2(np.asarray(xs, float)[order]), np.asarray(ys, float)[order]
+    return float(np.interp(np.log2(x), xs, ys))
+
+
+def _copy_bytes(dtype: str, hidden: int) -> float:
+    return hidden * (2.0 if dtype in ("bf16", "fp16") else 1.0 + FP8_SCALE_BYTES_PER_VALUE)
+
+
+@dataclass(frozen=True)
+class MessageCost:
+    """One dispatch or combine call, as :func:`ep_message_seconds` times it: ``t = alpha + bytes / beta``."""
+
+    alpha_s: float                  # latency per call
+    intra_bytes_per_s: float        # beta over the scale-up fabric (per rank)
+    inter_bytes_per_s: float        # beta over the scale-out network (per rank)
+    source: CostSource
+
+
+def _link_ratio(card: Card, src: Card, inter: bool) -> float:
+    """Per-rank link bandwidth of ``card`` over that of ``src`` (scale-out or scale-up)."""
+    attr = "scale_out_bytes_per_s" if inter else "intra_node_bytes_per_s"
+    return (getattr(card, attr) / _ranks(card)) / (getattr(src, attr) / _ranks(src))
+
+
+@cache
+def _dispatch_points(src: str, mode: str, operation: str, inter: bool):
+    costs = _costs()
+    pts = costs.dispatch(src, mode=mode, operation=operation)
+    if mode == "low_latency":
+        both = [p for p in pts if p.link == "RDMA+NVLink"]
+        pts = both or pts
+    elif inter:
+        pts = [p for p in pts if p.link == "RDMA"]
+    else:
+        pts = [p for p in pts if p.link in ("NVLink", "HCCS")]
+    return tuple(pts)
+
+
+def ep_message_cost(card, *, mode: str, operation: str, ep: int) -> MessageCost:
+    """Latency and bandwidths of one MoE ``operation`` ("dispatch" or "combine") in ``mode`` ("normal":
+    prefill kernels, "low_latency": decode kernels) over an EP group of ``ep`` cards.
+
+    Normal kernels publish a bottleneck bandwidth by EP size (no latency): ``beta`` is that bandwidth at
+    ``ep`` (over NVLink/HCCS inside the scale-up domain, RDMA beyond it), ``alpha = 0``. Low-latency
+    kernels publish the latency of one call at 128 tokens by EP size: ``beta`` is the link's stated maximum
+    (DeepEP: ~50 GB/s per CX7 NIC, ~160 GB/s NVLink; DeepEP-Ascend states none, so the card preset's
+    scale-up bandwidth), and ``alpha`` the published latency less the time of the published bytes at
+    ``beta``, i.e. what the call costs beyond moving its data. Sizes between published ones interpolate
+    in log2 of the size; beyond them the nearest is kept. A card without tables carries those of its
+    maker's measured card (:data:`NEAREST_CARD`; scale-out from the H800), ``beta`` scaled by the ratio of
+    the cards' per-rank link bandwidths.
+    """
+    costs = _costs()
+    c = get_card(card)
+    ranks = ep * _ranks(c)
+    inter = ep > _domain(c)
+    have = {p.card for p in costs.points("dispatch") if p.mode == mode and p.card in _card_names()}
+    src_name = _nearest(c, have)
+    if inter and not _dispatch_points(src_name, mode, operation, True):
+        src_name = GEMM_REFERENCE[0]          # scale-out tables: the H800's
+    src = get_card(src_name)
+    pts = _dispatch_points(src_name, mode, operation, inter)
+    if not pts:
+        raise ConfigError("pdcalc/data/costs.toml", "dispatch", f"no {mode} {operation} figure for {src_name}")
+    scale_intra = _link_ratio(c, src, False)
+    scale_inter = _link_ratio(c, src, True)
+    eps = [p.ep_size for p in pts]
+    tables = tuple(sorted({p.table_id for p in pts}))
+    carried = src_name != c.name
+    how = "" if not carried else f"; carried from {src_name}, bandwidth scaled by the per-rank link ratio"
+    if mode == "normal":
+        bw = _interp_log2(ranks, eps, [p.bandwidth_bytes_per_s for p in pts])
+        scale = scale_inter if inter else scale_intra
+        note = (f"{'RDMA' if inter else 'scale-up'} bottleneck bandwidth {bw / 1e9:.3g} GB/s at EP {ranks} "
+                f"(normal kernels; no latency published, alpha = 0){how}")
+        return MessageCost(alpha_s=0.0, intra_bytes_per_s=bw * scale, inter_bytes_per_s=bw * scale,
+                           source=CostSource(f"MoE {operation} (normal)", c.name, src_name, tables, carried, note))
+    # low latency: alpha from the published latency at the published batch
+    nic = next((p.nic_max_bytes_per_s for p in pts if p.nic_max_bytes_per_s), None) \
+        or src.scale_out_bytes_per_s / _ranks(src)
+    normal = _dispatch_points(src_name, "normal", operation, False)
+    nvl = next((p.link_max_bytes_per_s for p in normal if p.link_max_bytes_per_s), None) \
+        or src.intra_node_bytes_per_s / _ranks(src)
+    domain_ranks = _domain(src) * _ranks(src)
+    alphas = []
+    for p in pts:
+        per = p.tokens_per_batch * p.top_k * _copy_bytes(p.dispatch_dtype if operation == "dispatch"
+                                                         else p.combine_dtype, p.hidden)
+        f_out = max(0, p.ep_size - domain_ranks) / p.ep_size
+        alphas.append(max(0.0, p.latency_s - max(per * f_out / nic, per * (1 - f_out) / nvl)))
+    a = _interp_log2(ranks, eps, alphas)
+    note = (f"latency {a * 1e6:.3g} us per call beyond its bytes (published latency at 128 tokens less the "
+            f"bytes at {nic / 1e9:g} GB/s RDMA, {nvl / 1e9:g} GB/s scale-up){how}")
+    return MessageCost(alpha_s=a, intra_bytes_per_s=nvl * scale_intra, inter_bytes_per_s=nic * scale_inter,
+                       source=CostSource(f"MoE {operation} (low latency)", c.name, src_name, tables, carried, note))
+
+
+def _card_names():
+    from pdcalc.hardware import card_names
+    return set(card_names())
+
+
+def ep_message_seconds(card, *, mode: str, operation: str, ep: int, tokens_per_card, n_experts: int, top_k: int,
+                       hidden: int, dtype: str, imbalance: float = 1.0):
+    """Seconds of one dispatch or combine call of ``tokens_per_card`` tokens per card, and the bytes each
+    card sends (arrays welcome).
+
+    Normal kernels (prefill) send each token once per remote card (inside the scale-up domain) or once
+    per remote node (beyond it) that holds one of its experts, as DeepEP forwards over NVLink after one
+    RDMA copy per node; low-latency kernels (decode) send each of the ``k`` copies, those to other nodes
+    over RDMA and the rest over the scale-up fabric:
+
+    .. math::
+
+       t_\\text{normal} = \\frac{\\rho\\,T\\,\\mathbb{E}[\\text{remote}]\\,b}{\\beta}, \\qquad
+       t_\\text{LL} = \\alpha + \\rho\\max\\Bigl(\\frac{f\\,T k b}{\\beta_\\text{out}},
+       \\frac{(1-f)\\,T k b}{\\beta_\\text{in}}\\Bigr)
+
+    with ``b`` the bytes of one copy (FP8 with its scales, or BF16), ``f`` the share of ranks on other
+    nodes, ``rho`` the max/mean load of the hottest rank (:func:`imbalance_factor`) and ``alpha``,
+    ``beta`` from :func:`ep_message_cost`. Per rank: a card of several ranks (:data:`RANKS_PER_CARD`)
+    splits its tokens over them. Routing is uniform over experts (DeepSeek-V3's group-limited routing,
+    at most 4 nodes per token, is not modelled: the node count is an upper bound).
+    """
+    c = get_card(card)
+    r = _ranks(c)
+    ranks = ep * r
+    T = np.asarray(tokens_per_card, dtype=float) / r
+    mc = ep_message_cost(c, mode=mode, operation=operation, ep=ep)
+    b = _copy_bytes(dtype, hidden)
+    domain_ranks = _domain(c) * r
+    if mode == "normal":
+        if ranks <= domain_ranks:
+            remote = expected_remote_cards(n_experts, ranks, top_k)
+            sent = T * remote * b
+            t = imbalance * sent / mc.intra_bytes_per_s
+        else:
+            nodes = max(1, ranks // domain_ranks)
+            remote = expected_remote_cards(n_experts, nodes, top_k) if nodes > 1 else 0.0
+            sent = T * remote * b
+            t = imbalance * sent / mc.inter_bytes_per_s
+        return t, sent * r, mc.source
+    f_out = max(0, ranks - domain_ranks) / ranks
+    sent = T * top_k * b
+    t = mc.alpha_s + imbalance * np.maximum(f_out * sent / mc.inter_bytes_per_s,
+                                            (1 - f_out) * sent / mc.intra_bytes_per_s)
+    return t, sent * r, mc.source
+
+
+# --------------------------------------------------------------------- all-reduce
+@cache
+def allreduce_fit():
+    """The alpha-beta fit of NCCL all-reduce on 8 H100 (:func:`pdcalc.costs.allreduce_alpha_beta`), with
+    the points whose time exceeds that of a larger message left out (the source's own outlier)."""
+    costs = _costs()
+    pts = sorted((p for p in costs.allreduce("h100", "intranode") if p.time_s is not None),
+                 key=lambda p: p.size_bytes)
+    tables = {p.table_id for p in pts}
+    table = sorted(tables)[0]
+    pts = [p for p in pts if p.table_id == table]
+    out = [p.size_bytes for i, p in enumerate(pts) if any(q.time_s < p.time_s for q in pts[i + 1:])]
+    return costs.allreduce_alpha_beta("h100", "intranode", table_id=table, exclude_sizes_bytes=out), table, pts
+
+
+def allreduce_seconds(card, *, payload_bytes, tp: int):
+    """One all-reduce of ``payload_bytes`` over ``tp`` cards: the NCCL H100 fit, its bandwidth scaled by
+    the card's link bandwidth over the H100's and by the ring's ``2 (t-1)/t`` over that of the 8 GPUs
+    measured; its latency kept.
+
+    .. math:: t = \\alpha + \\frac{P}{\\beta}\\,\\frac{W_\\text{H100}}{W_\\text{link}}\\,
+       \\frac{(t-1)/t}{7/8}
+    """
+    c = get_card(card)
+    if tp == 1:
+        return np.zeros_like(np.asarray(payload_bytes, dtype=float))
+    fit, _, pts = allreduce_fit()
+    world = pts[0].world_size if pts and pts[0].world_size else 8
+    h100 = get_card("h100")
+    ratio = _link(c, tp) / h100.intra_node_bytes_per_s
+    ring = ((tp - 1) / tp) / ((world - 1) / world)
+    return fit.latency_s + np.asarray(payload_bytes, dtype=float) * ring / (fit.bandwidth_bytes_per_s * ratio)
+
+
+# --------------------------------------------------------------------- MTP, imbalance, overheads
+def mtp_acceptance_default() -> float:
+    """Acceptance rate of one MTP draft token: the midpoint of the DeepSeek-V3 report's 85-90 %
+    (:func:`pdcalc.costs.mtp_acceptance`)."""
+    p = _costs().mtp_acceptance("DeepSeek-V3")[0]
+    return (p.acceptance_low_fraction + p.acceptance_high_fraction) / 2
+
+
+def accepted_tokens(mtp_steps: int, acceptance: float) -> float:
+    """Expected draft tokens accepted per step when each of ``mtp_steps`` chained drafts is accepted with
+    probability ``acceptance`` given the one before it was:
+
+    .. math:: \\mathbb{E}[\\text{accepted}] = \\sum_{i=1}^{d} a^i
+    """
+    return float(sum(acceptance ** i for i in range(1, mtp_steps + 1)))
+
+
+def imbalance_factor(eplb: bool | None, *, experts_per_rank: float = 8.0, ep: int = 32,
+                     redundant_experts: int = 0) -> tuple[float, CostSource | None]:
+    """Max/mean routed tokens of the hottest EP rank (TensorRT-LLM's EPLB table, DeepSeek-R1 on 32 GB200).
+
+    ``eplb=None``: balanced (1). ``eplb=True``: ``1 + r`` with ``r`` the published ``(max - mean) / mean``
+    with EPLB's redundant slots, at the published EP size nearest to ``ep``. ``eplb=False``: ``1 + r`` of
+    the run without EPLB, scaled to the rank's expert count: the table's own per-slot and per-rank rows
+    agree with ranks summing independent slots (relative spread ``1/sqrt(slots)``), so
+
+    .. math:: \\rho = 1 + r_\\text{none}\\sqrt{s_\\text{pub} / s}
+
+    with ``s`` experts per rank. The published runs all carry 32 redundant slots; with EPLB and no
+    redundant experts the same figure is carried (an optimistic bound), and said so.
+    """
+    if eplb is None:
+        return 1.0, None
+    pts = _costs().expert_imbalance(by="rank")
+    if eplb:
+        rows = [p for p in pts if p.eplb != "none"]
+        p = min(rows, key=lambda q: (abs(np.log(q.ep_size / ep)), q.ep_size))
+        rho = 1 + p.imbalance_ratio
+        note = (f"max/mean {rho:.3g} with EPLB ({p.slots_per_rank} slots per rank, EP {p.ep_size}, "
+                f"{p.slots_per_rank * p.ep_size - 256} redundant)")
+        if redundant_experts == 0:
+            note += "; no figure without redundant experts is published, this one is carried (optimistic)"
+    else:
+        p = next(q for q in pts if q.eplb == "none")
+        rho = 1 + p.imbalance_ratio * np.sqrt(p.slots_per_rank / max(experts_per_rank, 1e-9))
+        note = (f"max/mean {rho:.3g} without EPLB: {1 + p.imbalance_ratio:.4g} at {p.slots_per_rank} experts "
+                f"per rank (EP {p.ep_size}), scaled by sqrt({p.slots_per_rank} / {experts_per_rank:g})")
+    return float(rho), CostSource("expert-load imbalance", f"EP {ep}", f"{p.card} EP {p.ep_size}",
+                                  (p.table_id,), True, note + "; carried to every card and EP size")
+
+
+def overhead_seconds(layers: int, *, graph: bool) -> tuple[float, CostSource]:
+    """Fixed host time per step. Under graph capture (CUDA graphs, Ascend graph mode) no per-step figure is
+    published: none is added. Eager decode adds the host gap per transformer block published for the
+    910B3 (vllm-ascend issue #9404), carried to every card."""
+    pts = [p for p in _costs().overheads() if p.what == "eager_decode_host_gap"]
+    p = pts[0]
+    if graph:
+        return 0.0, CostSource("per-step overhead", "graph mode", "none", (), False,
+                               "graph capture: no published per-step overhead; none added")
+    return layers * p.idle_s, CostSource("per-step overhead", "eager mode", p.card, (p.table_id,), True,
+                                         f"host gap {p.idle_s * 1e6:g} us per transformer block in eager "
+                                         f"decode ({p.card}), carried")
+
+
+# --------------------------------------------------------------------- the published step
+_ATTN_CATEGORIES = frozenset({"attention", "kv_compressor", "indexer", "mhc"})
+_SKIP_CATEGORIES = frozenset({"embedding", "hash_routing", "norms"})
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    """One (fused) GEMM of a layer on one card: tensors of the same layer, segment and input fused."""
+
+    segment: str            # "attn", "ffn", "head", "proj" (MTP input projection)
+    routed: bool            # a grouped GEMM over the card's routed experts
+    n: int                  # output features on the card (one expert for routed)
+    k: int                  # input features on the card
+    weight_bytes: float     # weights on the card (routed: all local experts)
+
+
+@dataclass(frozen=True)
+class _LayerKind:
+    count: int
+    attn: tuple
+    ffn: tuple
+    moe: bool
+
+
+def _gemm_plan_build(model, quant: str, tp: int, ep: int | None, redundant: int, part: str):
+    from pdcalc.memory import tensor_card_bytes
+
+    inv, sch = get_inventory(model), get_scheme(quant)
+    s = _split(model)
+    n_loc = place_experts(s.n_experts, ep, redundant).max_experts_per_card if ep else None
+    groups: dict = {}
+    for t in inv.tensors:
+        if t.part != part or t.category in _SKIP_CATEGORIES or len(t.shape) != 2:
+            continue
+        routed = t.category == "routed_experts"
+        seg = ("head" if t.category == "lm_head" else "proj" if t.category == "mtp_proj"
+               else "attn" if t.category in _ATTN_CATEGORIES else "ffn")
+        n, k = int(t.shape[0]), int(t.shape[1])
+        split = t.shard == "tp" or (routed and ep is None)
+        if split and tp > 1:
+            n, k = (n, max(1, k // tp)) if n == s.hidden else (max(1, n // tp), k)
+        b = tensor_card_bytes(t, sch, experts_per_card=n_loc or t.count, tp=tp, experts_tp_split=ep is None)
+        key = (t.layer if seg not in ("head",) else None, seg, routed, t.shard, k)
+        g = groups.get(key)
+        groups[key] = (n + (g[0] if g else 0), b + (g[1] if g else 0.0))
+    layers: dict = {}
+    head, proj = [], []
+    for (layer, seg, routed, _, k), (n, b) in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1:])):
+        g = _Gemm(segment=seg, routed=routed, n=n, k=k, weight_bytes=b)
+        if seg == "head":
+            head.append(g)
+        elif seg == "proj":
+            proj.append(g)
+        else:
+            layers.setdefault(layer, []).append(g)
+    kinds: dict = {}
+    for layer, gs in layers.items():
+        sig = (tuple(g for g in gs if g.segment == "attn"), tuple(g for g in gs if g.segment == "ffn"),
+               any(g.routed for g in gs))
+        kinds[sig] = kinds.get(sig, 0) + 1
+    return (tuple(_LayerKind(count=c, attn=a, ffn=f, moe=m) for (a, f, m), c in kinds.items()),
+            tuple(head), tuple(proj))
+
+
+@cache
+def _gemm_plan_cached(model: str, quant: str, tp: int, ep, redundant: int, part: str):
+    return _gemm_plan_build(model, quant, tp, ep, redundant, part)
+
+
+def _gemm_plan(model, quant, tp, ep, redundant, part="main"):
+    if isinstance(model, str) and isinstance(quant, str):
+        return _gemm_plan_cached(model, quant, tp, ep, redundant, part)
+    return _gemm_plan_build(model, quant, tp, ep, redundant, part)
+
+
+class _Tally:
+    """Accumulates kernel times by what bounds them, FLOPs, bytes and a breakdown by component."""
+
+    def __init__(self, shape):
+        self.zero = np.zeros(shape)
+        self.compute = self.zero.copy()
+        self.memory = self.zero.copy()
+        self.comm = self.zero.copy()
+        self.flops = self.zero.copy()
+        self.bytes = self.zero.copy()
+        self.comm_bytes = self.zero.copy()
+        self.parts: dict = {}
+
+    def kernel(self, part, t, cbound, flops, nbytes, times=1.0):
+        t = np.broadcast_to(t, self.zero.shape)
+        self.compute = self.compute + times * np.where(cbound, t, 0.0)
+        self.memory = self.memory + times * np.where(cbound, 0.0, t)
+        self.flops = self.flops + times * flops
+        self.bytes = self.bytes + times * nbytes
+        self.parts[part] = self.parts.get(part, self.zero) + times * t
+
+    def message(self, part, t, nbytes, times=1.0):
+        self.comm = self.comm + times * t
+        self.comm_bytes = self.comm_bytes + times * nbytes
+        self.parts[part] = self.parts.get(part, self.zero) + times * t
+
+
+def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S, phase, lin_dtype, p_lin,
+                    attn_dtype, kv_bytes, engine, overlap, mtp_steps, acceptance, eplb, redundant, graph,
+                    act_bytes, allreduces, dispatch_dtype, combine_dtype):
+    """The step of :func:`step` with ``costs="published"``: see its docstring."""
+    sources: list = []
+    kinds, head, _ = _gemm_plan(model, quant, tp, ep, redundant)
+    prefill = phase == "prefill"
+    q_per_seq = L if prefill else float(1 + mtp_steps)
+    in_bytes = 1.0 if lin_dtype in ("fp8", "int8") else 2.0
+    att = attention_ceilings(c.name, attn_dtype)
+    sources.extend(att.sources)
+    P_attn = c.flops(attn_dtype)
+    W = c.hbm_bandwidth_bytes_per_s
+    slots = (s.n_experts + redundant) / ep if ep else float(s.n_experts)
+    rho, src = imbalance_factor(eplb, experts_per_rank=slots / _ranks(c) if ep else slots,
+                                ep=(ep or 1) * _ranks(c), redundant_experts=redundant)
+    if src:
+        sources.append(src)
+    gemm_src = set()
+    groups = cards // ep if ep else dp
+    mode = "normal" if prefill else "low_latency"
+    ep_on = ep is not None and ep > 1
+    layers = sum(k.count for k in kinds)
+    kv_b = kv_bytes
+    ep_src = {}
+
+    def gemm(tally, part, g: _Gemm, rows, hit_tokens, times):
+        op = ("grouped_contiguous" if prefill else "grouped_masked") if g.routed else "dense"
+        gemm_src.add(op)
+        if g.routed:
+            hit = expected_experts_hit(hit_tokens, s.n_experts, s.top_k) / s.n_experts
+            w = g.weight_bytes * hit
+        else:
+            w = g.weight_bytes
+        f = 2.0 * rows * g.n * g.k
+        b = gemm_bytes(rows, g.n, g.k, weight_bytes=w, in_bytes=in_bytes, out_bytes=act_bytes)
+        t, cb = gemm_seconds(op, g.n, g.k, flops=f, bytes_moved=b, card=c, dtype=lin_dtype, peak_flops_per_s=p_lin)
+        tally.kernel(part, t, cb, f, b, times)
+        return t
+
+    def attn_core(tally, seqs, queries, times, layers_share):
+        if prefill:
+            f = queries * attention_flops_per_token(model, L, phase="prefill") / tp
+            b = seqs * kv_read_bytes_per_sequence(model, L, phase="prefill", engine=engine, kv_bytes=kv_b)
+        else:
+            f = queries * attention_flops_per_token(model, L, phase="decode") / tp
+            b = seqs * kv_read_bytes_per_sequence(model, L, phase="decode", engine=engine, kv_bytes=kv_b)
+        f, b = f * layers_share, b * layers_share
+        t_f, t_b = f / (att.compute_share * P_attn), b / (att.memory_share * W)
+        tally.kernel("attention core", np.maximum(t_f, t_b), t_f >= t_b, f, b, times)
+        return np.maximum(t_f, t_b)
+
+    def layer_segments(tally, kind: _LayerKind, x, S_x, times, share):
+        """Attention and FFN segment times and dispatch/combine of one layer of ``kind`` for a fraction
+        ``x`` of the step's tokens (one micro-batch: 0.5), booked ``times`` times."""
+        T_r = x * S_x * q_per_seq / dp            # tokens of one TP rank
+        T_all = x * S_x * q_per_seq               # tokens of the deployment
+        a = sum(gemm(tally, "attention GEMMs", g, T_r, None, times) for g in kind.attn)
+        a = a + attn_core(tally, x * S_x / dp, T_r, times, share)
+        f = 0.0
+        for g in kind.ffn:
+            if g.routed:
+                pairs = (T_all * s.top_k / cards * rho) if ep else T_r * s.top_k
+                hit_tokens = T_all / groups if ep else T_r
+                f = f + gemm(tally, "routed experts", g, pairs, hit_tokens, times)
+            else:
+                f = f + gemm(tally, "dense FFN and shared experts", g, T_r, None, times)
+        if tp > 1:
+            ar = allreduce_seconds(c, payload_bytes=T_r * s.hidden * act_bytes, tp=tp)
+            n_ar = max(allreduces, 1)
+            tally.message("TP all-reduce", ar, allreduce_bytes(T_r * s.hidden * act_bytes, tp), times * n_ar)
+            a = a + ar
+            f = f + ar * (n_ar - 1)
+        d = e = 0.0
+        if kind.moe and ep_on:
+            tok = T_all / cards
+            d, bd, ep_src["dispatch"] = ep_message_seconds(c, mode=mode, operation="dispatch", ep=ep,
+                                                           tokens_per_card=tok, n_experts=s.n_experts,
+                                                           top_k=s.top_k, hidden=s.hidden, dtype=dispatch_dtype,
+                                                           imbalance=rho)
+            e, be, ep_src["combine"] = ep_message_seconds(c, mode=mode, operation="combine", ep=ep,
+                                                          tokens_per_card=tok, n_experts=s.n_experts,
+                                                          top_k=s.top_k, hidden=s.hidden, dtype=combine_dtype,
+                                                          imbalance=rho)
+            tally.message("MoE dispatch", d, bd, times)
+            tally.message("MoE combine", e, be, times)
+        return a, f, d, e
+
+    shape = np.broadcast(L, S).shape
+    tally = _Tally(shape)
+    total = np.zeros(shape)
+    for kind in kinds:
+        share = 1.0 / layers
+        if overlap:
+            a, f, d, e = layer_segments(tally, kind, 0.5, S, 2 * kind.count, share)
+            if kind.moe and ep_on:
+                per = (np.maximum(a, d) + np.maximum(f, d) + np.maximum(f, e) + np.maximum(a, e))
+            else:
+                per = 2 * (a + f)
+        else:
+            a, f, d, e = layer_segments(tally, kind, 1.0, S, kind.count, share)
+            per = a + f + d + e
+        total = total + kind.count * per
+    # output head: logits of the last position of each prompt, of every verified token in decode
+    rows_head = S / dp if prefill else S * q_per_seq / dp
+    parts = 2 if overlap else 1
+    total = total + sum(gemm(tally, "output head", g, rows_head / parts, None, parts) for g in head)
+    # MTP draft passes
+    acc = 0.0
+    if mtp_steps:
+        acc = accepted_tokens(mtp_steps, acceptance)
+        mk, mhead, mproj = _gemm_plan(model, quant, tp, ep, redundant, part="mtp")
+        passes = 1 if prefill else mtp_steps
+        rows = S * (L if prefill else 1.0) / dp
+        t_mtp = tally.zero.copy()
+        for g in mproj:
+            t_mtp = t_mtp + gemm(tally, "MTP draft", g, rows, None, passes)
+        q_draft = L if prefill else 1.0          # a prefill runs the prompt through the MTP module once
+        for kind in mk:
+            T_r = S * q_draft / dp
+            a = sum(gemm(tally, "MTP draft", g, T_r, None, passes) for g in kind.attn)
+            a = a + attn_core(tally, S / dp, T_r, passes, 1.0 / layers)
+            f = 0.0
+            for g in kind.ffn:
+                if g.routed:
+                    pairs = (S * q_draft * s.top_k / cards * rho) if ep else T_r * s.top_k
+                    hit_tokens = S * q_draft / groups if ep else T_r
+                    f = f + gemm(tally, "MTP draft", g, pairs, hit_tokens, passes)
+                else:
+                    f = f + gemm(tally, "MTP draft", g, T_r, None, passes)
+            d = e = 0.0
+            if ep_on:
+                tok = S * q_draft / cards
+                d, bd, _ = ep_message_seconds(c, mode=mode, operation="dispatch", ep=ep, tokens_per_card=tok,
+                                              n_experts=s.n_experts, top_k=s.top_k, hidden=s.hidden,
+                                              dtype=dispatch_dtype, imbalance=rho)
+                e, be, _ = ep_message_seconds(c, mode=mode, operation="combine", ep=ep, tokens_per_card=tok,
+                                              n_experts=s.n_experts, top_k=s.top_k, hidden=s.hidden,
+                                              dtype=combine_dtype, imbalance=rho)
+                tally.message("MTP draft", d + e, bd + be, passes)
+            t_mtp = t_mtp + a + f + d + e
+        for g in head:
+            t_mtp = t_mtp + gemm(tally, "MTP draft", g, S / dp, None, passes)
+        total = total + passes * t_mtp
+        sources.append(CostSource("MTP acceptance", f"{mtp_steps} draft token(s)", "DeepSeek-V3 (report)",
+                                  tuple(p.table_id for p in _costs().mtp_acceptance("DeepSeek-V3")),
+                                  acceptance != mtp_acceptance_default(),
+                                  f"acceptance {acceptance:.3g} per draft token, {acc:.3g} accepted per step"))
+    oh, src = overhead_seconds(layers, graph=graph)
+    total = total + oh
+    tally.parts["overhead"] = tally.zero + oh
+    sources.append(src)
+    # sources of the GEMMs and the messages
+    ref_card, ref_dtype = GEMM_REFERENCE
+    for op in sorted(gemm_src):
+        tabs = tuple(sorted({t for g in gemm_ceilings(op) for t in g.tables}))
+        carried = c.name != ref_card or lin_dtype != ref_dtype
+        sources.append(CostSource(f"GEMM ({op.replace('_', ' ')})", f"{c.name} {lin_dtype}",
+                                  f"{ref_card} {ref_dtype}", tabs, carried,
+                                  "two ceilings per published shape (highest FLOP/s and bandwidth reached), "
+                                  "nearest shape by N and K" + (f"; carried to {c.name} {lin_dtype} as shares of "
+                                                                f"its peak and HBM bandwidth" if carried else "")))
+    for op in ("dispatch", "combine"):
+        if op in ep_src:
+            sources.append(ep_src[op])
+    if tp > 1:
+        _, table, _ = allreduce_fit()
+        sources.append(CostSource("TP all-reduce", c.name, "h100", (table,), c.name != "h100",
+                                  "alpha-beta fit of NCCL all-reduce on 8 H100 (outlier left out); bandwidth "
+                                  "scaled by the card's link bandwidth and the ring size"))
+    if s.v4:
+        sources.append(CostSource("DeepSeek-V4 attention", c.name, "MLA decoding kernels", (), True,
+                                  "no published kernel for V4's hybrid attention: the MLA ceilings are used"))
+    tokens_out = S * (1.0 + acc) if not prefill else S * L
+    parts = {k: v for k, v in tally.parts.items()}
+    parts["overlap saved"] = np.maximum(0.0, sum(v for k, v in parts.items()) - total) if overlap else tally.zero
+    return dict(time=total, compute=tally.compute, memory=tally.memory, comm=tally.comm, flops=tally.flops,
+                bytes=tally.bytes, comm_bytes=tally.comm_bytes, tokens=tokens_out, parts=parts,
+                sources=tuple(sources))
+
+
 # ------------------------------------------------------------------------------ the step
 @dataclass(frozen=True)
 class StepTime:
@@ -563,6 +1312,9 @@ class StepTime:
     bound: object               # "compute", "memory" or "communication"
     stored_bytes_per_card: object  # weights held + KV held
     usable_bytes_per_card: float   # what the card's runtime exposes (hardware preset)
+    costs: str = "roofline"        # the cost model (COSTS)
+    cost_sources: tuple = ()       # CostSource of every published figure used ("published" costs)
+    breakdown: dict | None = field(default=None, compare=False)  # seconds by component ("published")
 
     @property
     def tokens_per_s_per_card(self):
@@ -591,7 +1343,9 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
          kv_bytes: float = DEFAULT_KV_BYTES, act_bytes: float = DEFAULT_ACT_BYTES,
          allreduces_per_layer: int = DEFAULT_ALLREDUCES_PER_LAYER,
          dispatch_bytes: float = DEFAULT_DISPATCH_BYTES, combine_bytes: float = DEFAULT_COMBINE_BYTES,
-         engine: str | None = None) -> StepTime:
+         engine: str | None = None, costs: str | None = None, mtp_steps: int = 0,
+         mtp_acceptance: float | None = None, eplb: bool | None = None, redundant_experts: int = 0,
+         graph: bool = True) -> StepTime:
     """Time and throughput of one step of ``model`` on ``tp x dp`` cards of ``card``.
 
     Parameters
@@ -619,6 +1373,45 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         DeepSeek-V4 only: the engine whose KV layout (:func:`pdcalc.kv_cache.engine_layout`) sets the
         bytes of every cache entry (``None``: :data:`DEFAULT_V4_ENGINE`). DeepSeek-V3 takes ``None`` or
         ``"reference"`` (its cache is set by ``kv_bytes``).
+    costs
+        ``"roofline"`` (the default, :data:`DEFAULT_COSTS`): flat efficiencies ``mfu``, ``mbu``,
+        ``comm_eff`` on the step's totals, as below. ``"published"``: every kernel and message timed from
+        published figures (``pdcalc/data/costs.toml``), see "Published costs" below; ``mfu``, ``mbu`` and
+        ``comm_eff`` are then unused.
+    mtp_steps, mtp_acceptance
+        MTP speculative decoding: draft tokens per step and the acceptance of each (``None``: the
+        DeepSeek-V3 report's 85-90 %, :func:`mtp_acceptance_default`). A decode step verifies ``1 + d``
+        tokens per sequence and emits ``1 + sum_i a^i`` (:func:`accepted_tokens`).
+    eplb, redundant_experts
+        Expert-load imbalance (:func:`imbalance_factor`): ``None`` balanced, ``True`` with EPLB, ``False``
+        without; ``redundant_experts`` copies spread over the EP group (held in memory).
+    graph
+        Graph capture (CUDA graphs, Ascend graph mode): no per-step host overhead; ``False`` adds the
+        published eager host gap (published costs only).
+
+    Published costs (``costs="published"``). Each layer is timed kernel by kernel: every (fused) GEMM of
+    the inventory at the slower of its two published ceilings (:func:`gemm_seconds`; grouped contiguous in
+    prefill, grouped masked in decode for the routed experts, at ``rho`` times the balanced rows of the
+    hottest rank), MLA attention at FlashMLA's (or AMLA's) compute and memory shares
+    (:func:`attention_ceilings`; prefill attention at the decoding kernel's compute share), TP all-reduces
+    by the NCCL fit (:func:`allreduce_seconds`), dispatch and combine as alpha-beta per message
+    (:func:`ep_message_seconds`: normal kernels in prefill, low-latency kernels in decode). Per layer,
+    attention ``a``, FFN ``f``, dispatch ``d``, combine ``e``:
+
+    .. math::
+
+       t_\\text{layer} = a + f + d + e \\quad (\\text{no overlap}), \\qquad
+       t_\\text{layer} = \\max(a', d') + \\max(f', d') + \\max(f', e') + \\max(a', e') \\quad
+       (\\text{two micro-batches})
+
+    with primes for one micro-batch of half the sequences (each reads the weights again): the schedule of
+    DeepSeek's overlap, where the dispatch of one micro-batch runs under the other's attention and FFN and
+    its combine under the other's FFN and next attention. The overlap is ideal: compute and communication
+    are taken not to slow each other. The step adds the output head, the MTP draft passes (``d`` passes of
+    the MTP module's projection, layer and head) and the host overhead. Where a card has no published
+    figure, the one of its maker's measured card (or the H800) is carried as a share of peak or scaled by
+    link bandwidth; ``StepTime.cost_sources`` says which, and ``StepTime.breakdown`` gives seconds by
+    component.
 
     Per card, with ``T = concurrency x tokens per sequence`` tokens over ``n = tp x dp`` cards, ``T_r = T / dp``
     per rank, ``T_g`` tokens per EP group and ``t = tp``:
@@ -648,7 +1441,9 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
        M_\\text{card} = W_\\text{card} + S_r \\, B_\\text{stored}(L)
 
     (:func:`kv_read_bytes_per_sequence`, :func:`kv_stored_bytes_per_sequence`), and under TP each
-    ratio-4 layer adds :func:`indexer_allreduce_per_layer`. The MTP layers are not in the step.
+    ratio-4 layer adds :func:`indexer_allreduce_per_layer`. With ``mtp_steps`` the roofline verifies
+    ``1 + d`` tokens per sequence (the MTP module's own passes are left out) and ``rho`` scales the routed
+    FLOPs and the all-to-all.
     """
     phase = _check_phase(phase)
     s, c = _split(model), get_card(card)
@@ -659,19 +1454,32 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     if problem:
         raise LayoutError(f"TP degree {problem}")
     engine = _engine(s, engine)
+    costs = DEFAULT_COSTS if costs is None else costs
+    if costs not in COSTS:
+        raise UnknownNameError("cost model", costs, COSTS)
+    _check_int("redundant_experts", redundant_experts, low=0)
+    _check_int("mtp_steps", mtp_steps, low=0)
     cards = tp * dp
     if ep is not None:
         _check_int("ep", ep)
         if cards % ep:
             raise LayoutError(f"ep={ep} does not divide the {cards} cards (tp x dp = {tp} x {dp}): every card "
                               f"must belong to one EP group")
-        if ep > s.n_experts:
-            raise LayoutError(f"ep={ep} exceeds the {s.n_experts} routed experts: {ep - s.n_experts} cards "
-                              f"would hold no expert")
+        if ep > s.n_experts + redundant_experts:
+            raise LayoutError(f"ep={ep} exceeds the {s.n_experts} routed experts: "
+                              f"{ep - s.n_experts - redundant_experts} cards would hold no expert")
+    elif redundant_experts:
+        raise LayoutError("redundant_experts needs expert parallelism (ep)")
     for name, v in (("mfu", mfu), ("mbu", mbu), ("comm_eff", comm_eff)):
         _check_eff(name, v)
-    if not isinstance(overlap, bool):
-        raise LayoutError(f"overlap must be True or False, got {overlap!r}")
+    for name, v in (("overlap", overlap), ("graph", graph)):
+        if not isinstance(v, bool):
+            raise LayoutError(f"{name} must be True or False, got {v!r}")
+    if eplb is not None and not isinstance(eplb, bool):
+        raise LayoutError(f"eplb must be True, False or None, got {eplb!r}")
+    acceptance = mtp_acceptance_default() if (mtp_steps and mtp_acceptance is None) else (mtp_acceptance or 0.0)
+    if mtp_steps and not 0 <= acceptance <= 1:
+        raise LayoutError(f"mtp_acceptance must be in [0, 1], got {mtp_acceptance!r}")
     L = _array(context, "context", 1)
     S = _array(concurrency, "concurrency", 0)
     if np.any(S <= 0):
@@ -679,7 +1487,49 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     scalar = np.ndim(context) == 0 and np.ndim(concurrency) == 0
     L, S = np.broadcast_arrays(L, S)
 
-    per_seq = L if phase == "prefill" else 1.0
+    scheme = get_scheme(quant).name
+    if compute_dtype is None and scheme not in COMPUTE_DTYPE:
+        raise LayoutError(f"no compute dtype known for quantization scheme {scheme!r}; pass compute_dtype")
+    lin_dtype = compute_dtype or COMPUTE_DTYPE[scheme]
+    p_lin = peak_flops_per_s if peak_flops_per_s is not None else c.flops(lin_dtype)
+    c.flops(attn_dtype)
+
+    # memory held: weights (with redundant expert copies) and KV
+    stored_w = weight_bytes_per_card(model, quant, tp=tp, ep=ep)
+    if redundant_experts:
+        w = _weights(model, quant, ep, tp)
+        base = place_experts(s.n_experts, ep).max_experts_per_card
+        more = place_experts(s.n_experts, ep, redundant_experts).max_experts_per_card
+        stored_w = stored_w + w.class_i_bytes * (more / base - 1)
+    if s.v4:
+        kv_held = S / dp * kv_stored_bytes_per_sequence(model, L, engine=engine)
+    else:
+        kv_held = S / dp * L * kv_bytes_per_token(model, kv_bytes)
+    stored = stored_w + kv_held
+
+    if costs == "published":
+        dtype_of = {1.0: "fp8", 2.0: "bf16"}
+        r = _published_step(model, s, c, quant=quant, tp=tp, dp=dp, ep=ep, cards=cards, L=L, S=S, phase=phase,
+                            lin_dtype=lin_dtype, p_lin=p_lin, attn_dtype=attn_dtype, kv_bytes=kv_bytes,
+                            engine=engine, overlap=overlap, mtp_steps=mtp_steps, acceptance=acceptance, eplb=eplb,
+                            redundant=redundant_experts, graph=graph, act_bytes=act_bytes,
+                            allreduces=allreduces_per_layer, dispatch_dtype=dtype_of.get(dispatch_bytes, "bf16"),
+                            combine_dtype=dtype_of.get(combine_bytes, "bf16"))
+        terms = np.stack([np.broadcast_to(r[k], L.shape) for k in ("compute", "memory", "comm")])
+        bound = np.asarray(BOUNDS)[np.argmax(terms, axis=0)]
+        out = {k: _out(np.broadcast_to(v, L.shape), scalar) for k, v in dict(
+            tokens=r["tokens"], flops_per_card=r["flops"], bytes_per_card=r["bytes"],
+            comm_bytes_per_card=r["comm_bytes"], compute_s=r["compute"], memory_s=r["memory"], comm_s=r["comm"],
+            time_s=r["time"], tokens_per_s=r["tokens"] / r["time"], stored_bytes_per_card=stored).items()}
+        parts = {k: _out(np.broadcast_to(v, L.shape), scalar) for k, v in r["parts"].items()}
+        return StepTime(phase=phase, card=c.name, cards=cards, bound=str(bound) if scalar else bound,
+                        usable_bytes_per_card=c.usable_base_bytes, costs=costs, cost_sources=r["sources"],
+                        breakdown=parts, **out)
+
+    # roofline: flat efficiencies on the step's FLOPs, bytes and bytes sent
+    rho, _ = imbalance_factor(eplb, experts_per_rank=(s.n_experts + redundant_experts) / ep if ep else s.n_experts,
+                              ep=ep or 1, redundant_experts=redundant_experts)
+    per_seq = L if phase == "prefill" else 1.0 + mtp_steps
     T = S * per_seq                    # tokens of the deployment
     T_r = T / dp                       # tokens of one TP rank
     S_r = S / dp
@@ -689,28 +1539,20 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     # compute
     attn_phase = attention_flops_per_token(model, L, phase=phase)
     f_lin = (2 * T_r * (s.replicated + s.tp_split / tp)          # non-routed tensors of the rank
-             + 2 * S_r * s.head / tp                                # logits: one row per sequence
-             + 2 * T * s.top_k * s.routed / (s.n_experts * cards))  # routed experts, spread over all cards
+             + 2 * (S_r if phase == "prefill" else T_r) * s.head / tp   # logits: a row per sequence (prefill)
+             + 2 * T * s.top_k * s.routed * rho / (s.n_experts * cards))  # routed experts, spread over all cards
     f_attn = T_r * attn_phase / tp
-    scheme = get_scheme(quant).name
-    if compute_dtype is None and scheme not in COMPUTE_DTYPE:
-        raise LayoutError(f"no compute dtype known for quantization scheme {scheme!r}; pass compute_dtype")
-    lin_dtype = compute_dtype or COMPUTE_DTYPE[scheme]
-    p_lin = peak_flops_per_s if peak_flops_per_s is not None else c.flops(lin_dtype)
     compute_s = f_lin / (p_lin * mfu) + f_attn / (c.flops(attn_dtype) * mfu)
 
     # memory
     w_read = weight_bytes_per_card(model, quant, tp=tp, ep=ep, routed_tokens=T_g)
     if s.v4:
         kv_read = S_r * kv_read_bytes_per_sequence(model, L, phase=phase, engine=engine)
-        kv_held = S_r * kv_stored_bytes_per_sequence(model, L, engine=engine)
     else:
         b_kv_tok = kv_bytes_per_token(model, kv_bytes)
         kv_read = S_r * L * b_kv_tok if phase == "decode" else T_r * b_kv_tok
-        kv_held = S_r * L * b_kv_tok
     bytes_card = w_read + kv_read
     memory_s = bytes_card / (c.hbm_bandwidth_bytes_per_s * mbu)
-    stored = weight_bytes_per_card(model, quant, tp=tp, ep=ep) + kv_held
 
     # communication
     comm_b = np.zeros_like(T)
@@ -726,18 +1568,19 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     if ep is not None and ep > 1:
         b, t = ep_alltoall_per_layer(model, c, tokens_per_card=T / cards, ep=ep, dispatch_bytes=dispatch_bytes,
                                      combine_bytes=combine_bytes, comm_eff=comm_eff)
-        comm_b, comm_s = comm_b + s.moe_layers * b, comm_s + s.moe_layers * t
+        comm_b, comm_s = comm_b + s.moe_layers * b * rho, comm_s + s.moe_layers * t * rho
 
     busy = np.maximum(compute_s, memory_s)
     time_s = np.maximum(busy, comm_s) if overlap else busy + comm_s
     terms = np.stack([compute_s, memory_s, comm_s])
     bound = np.asarray(BOUNDS)[np.argmax(terms, axis=0)]
+    tokens = T if phase == "prefill" else S * (1.0 + (accepted_tokens(mtp_steps, acceptance) if mtp_steps else 0.0))
     out = {k: _out(v, scalar) for k, v in dict(
-        tokens=T, flops_per_card=f_lin + f_attn, bytes_per_card=bytes_card, comm_bytes_per_card=comm_b,
-        compute_s=compute_s, memory_s=memory_s, comm_s=comm_s, time_s=time_s, tokens_per_s=T / time_s,
+        tokens=tokens, flops_per_card=f_lin + f_attn, bytes_per_card=bytes_card, comm_bytes_per_card=comm_b,
+        compute_s=compute_s, memory_s=memory_s, comm_s=comm_s, time_s=time_s, tokens_per_s=tokens / time_s,
         stored_bytes_per_card=stored).items()}
     return StepTime(phase=phase, card=c.name, cards=cards, bound=str(bound) if scalar else bound,
-                    usable_bytes_per_card=c.usable_base_bytes, **out)
+                    usable_bytes_per_card=c.usable_base_bytes, costs=costs, **out)
 
 
 def layer_times(model, card, *, tp: int, context: int, concurrency: int, phase: str, quant: str = "w8a8",

@@ -227,9 +227,10 @@ def test_bad_layouts_say_why(kw, match):
 
 
 def test_missing_peak_names_the_dtype_and_can_be_overridden():
+    # the H800 preset lists no INT8 peak (the 910C preset gained one, so the example moved to the H800)
     with pytest.raises(UnknownNameError, match="int8"):
-        th.step(V3, "ascend-910c", tp=1, dp=1, context=1024, concurrency=8, phase="decode", quant="w8a8")
-    st = th.step(V3, "ascend-910c", tp=1, dp=1, context=1024, concurrency=8, phase="decode", quant="w8a8",
+        th.step(V3, "h800", tp=1, dp=1, context=1024, concurrency=8, phase="decode", quant="w8a8")
+    st = th.step(V3, "h800", tp=1, dp=1, context=1024, concurrency=8, phase="decode", quant="w8a8",
                  peak_flops_per_s=1.5e15)
     assert st.time_s > 0
 
@@ -490,3 +491,210 @@ def test_layer_times_are_the_step_compute_and_the_allreduce_of_the_same_tokens()
                                                allreduces=tput.DEFAULT_ALLREDUCES_PER_LAYER)
     assert compute == pytest.approx(float(st.compute_s) / load_config("deepseek-v3").num_hidden_layers, rel=1e-12)
     assert ar == pytest.approx(ar_direct, rel=1e-12)
+
+
+# ------------------------------------------------------------------ published costs
+from pdcalc import costs as C  # noqa: E402
+
+PUB = dict(costs="published", quant="fp8")
+
+
+def test_default_cost_model_is_the_roofline_and_names_are_checked():
+    kw = dict(tp=1, dp=8, ep=8, context=2048, concurrency=64, phase="decode", quant="fp8")
+    assert th.step(V3, "h800", **kw) == th.step(V3, "h800", costs="roofline", **kw)
+    assert th.step(V3, "h800", **kw).costs == "roofline" and th.step(V3, "h800", **kw).cost_sources == ()
+    with pytest.raises(UnknownNameError, match="cost model"):
+        th.step(V3, "h800", costs="measured", **kw)
+
+
+def test_gemm_ceilings_reproduce_their_rows_and_bound_the_others():
+    df = th.gemm_check()
+    assert len(df) == len(C.gemm("h800", "fp8", operation="dense")) + len(C.gemm("h800", "fp8", operation=
+                                                                                   "grouped_contiguous")) \
+        + len(C.gemm("h800", "fp8", operation="grouped_masked"))
+    ceiling = df[df.sets_ceiling]
+    assert ceiling["ratio"].between(0.99, 1.001).all()       # a ceiling row is its own time (bytes rounding)
+    other = df[~df.sets_ceiling]
+    assert len(other) == 10                                  # M = 128 dense rows, 2 and 4 masked groups
+    # the slower of two ceilings is a lower bound on a kernel's time, within 20 % at intermediate M
+    assert other["ratio"].between(0.8, 1.0).all(), other[["m", "n", "k", "ratio"]]
+
+
+def test_nearest_gemm_shape_and_two_ceilings_by_hand():
+    g = th.nearest_gemm("dense", 7168, 16384)                # wo: its own row
+    assert (g.n, g.k) == (7168, 16384)
+    assert g.flop_per_s == 1520e12 and g.bytes_per_s == 2668e9   # DeepGEMM README, M = 4096 and M = 64 rows
+    assert th.nearest_gemm("dense", 7168, 16384 // 8).k == 2048  # TP8 splits wo's input: the 7168 x 2048 row
+    # a memory-bound GEMM on the H200 streams its weights at the H800's share of HBM bandwidth
+    t, cb = th.gemm_seconds("dense", 7168, 16384, flops=1.0, bytes_moved=1e9, card="h200", dtype="fp8")
+    assert not cb and t == pytest.approx(1e9 / (2668e9 / 3.35e12 * 4.8e12), rel=1e-12)
+
+
+def test_mla_ceilings_are_flashmla_and_amla():
+    h = th.attention_ceilings("h800")
+    assert h.compute_share == pytest.approx(660 / 989, rel=1e-12)      # FlashMLA 660 TFLOPS, H800 BF16 989
+    assert h.memory_share == pytest.approx(3000 / 3350, rel=1e-12)     # 3000 GB/s of 3.35 TB/s
+    a = th.attention_ceilings("ascend-910c")
+    assert a.compute_share == pytest.approx(614 / 752, rel=1e-12)      # AMLA 614 TFLOPS of the preset's 752
+    assert a.memory_share == h.memory_share                             # no Ascend bandwidth figure: carried
+    b = th.attention_ceilings("ascend-910b2")                           # no 910B figure: the 910C's, carried
+    assert b.compute_share == a.compute_share and all(s.carried for s in b.sources)
+    assert not any(s.carried for s in h.sources)
+
+
+def test_decode_attention_core_by_hand():
+    # one sequence of 4,096 tokens on one H800: 61 layers x 2 x 128 heads x 1088 FLOPs per cached token at 660
+    # TFLOPS against 61 x 576 x 2 B per token at 3,000 GB/s; the compute ceiling sets it
+    st = th.step(V3, "h800", tp=1, dp=1, context=4096, concurrency=1, phase="decode", **PUB)
+    f = 61 * 2 * 128 * 1088 * 4096
+    b = 61 * 576 * 2 * 4096
+    assert st.breakdown["attention core"] == pytest.approx(max(f / 660e12, b / 3000e9), rel=1e-12)
+
+
+def test_low_latency_rows_are_reproduced_at_their_batch():
+    # alpha is the published latency less the published bytes at the link's stated bandwidth: at 128 tokens
+    # every DeepEP low-latency row of the H800 comes back exactly
+    for p in C.dispatch("h800", mode="low_latency"):
+        if p.table_id != "deepep-v1-low-latency-h800":
+            continue
+        dtype = p.dispatch_dtype if p.operation == "dispatch" else p.combine_dtype
+        t, _, src = th.ep_message_seconds("h800", mode="low_latency", operation=p.operation, ep=p.ep_size,
+                                          tokens_per_card=128, n_experts=256, top_k=8, hidden=7168, dtype=dtype)
+        assert t == pytest.approx(p.latency_s, rel=1e-9), (p.operation, p.ep_size)
+        assert src.tables == ("deepep-v1-low-latency-h800",) and not src.carried
+    # and each token beyond costs its copies at the NIC's 50 GB/s (EP128: 15 of 16 nodes away)
+    t1, *_ = th.ep_message_seconds("h800", mode="low_latency", operation="dispatch", ep=128, tokens_per_card=128,
+                                   n_experts=256, top_k=8, hidden=7168, dtype="fp8")
+    t2, *_ = th.ep_message_seconds("h800", mode="low_latency", operation="dispatch", ep=128, tokens_per_card=256,
+                                   n_experts=256, top_k=8, hidden=7168, dtype="fp8")
+    assert t2 - t1 == pytest.approx(128 * 8 * 7168 * (1 + 4 / 128) * (120 / 128) / 50e9, rel=1e-12)
+
+
+def test_normal_kernels_use_the_published_bandwidth():
+    # EP32 on 4 nodes: each token crosses to the remote nodes holding one of its experts, at 58 GB/s
+    t, sent, src = th.ep_message_seconds("h800", mode="normal", operation="dispatch", ep=32, tokens_per_card=1000,
+                                         n_experts=256, top_k=8, hidden=7168, dtype="fp8")
+    assert sent == pytest.approx(1000 * expected_remote_cards(256, 4, 8) * 7168 * (1 + 4 / 128), rel=1e-12)
+    assert t == pytest.approx(sent / 58e9, rel=1e-12)
+    assert src.measured_on == "h800" and "alpha = 0" in src.note
+
+
+def test_carried_costs_are_scaled_and_said():
+    # the 910B has no dispatch table: inside a server the 910C's (A3) kernels, beyond it the H800's RDMA rows,
+    # both scaled to its own links
+    m8 = th.ep_message_cost("ascend-910b2", mode="normal", operation="dispatch", ep=8)
+    a3 = next(p for p in C.dispatch("ascend-910c", 8, "normal", operation="dispatch"))    # EP 8 ranks
+    assert m8.intra_bytes_per_s == pytest.approx(a3.bandwidth_bytes_per_s * (196 / (392 / 2)), rel=1e-12)
+    m32 = th.ep_message_cost("ascend-910b2", mode="normal", operation="dispatch", ep=32)
+    assert m32.source.measured_on == "h800" and m32.source.carried
+    assert m32.inter_bytes_per_s == pytest.approx(58e9 * 25 / 50, rel=1e-12)
+    st = th.step(V3, "ascend-910b2", tp=1, dp=32, ep=32, context=2048, concurrency=32 * 16, phase="decode",
+                 costs="published")
+    by = {s.component: s for s in st.cost_sources}
+    assert by["GEMM (dense)"].measured_on == "h800 fp8" and by["GEMM (dense)"].carried
+    assert "int8" in by["GEMM (dense)"].applied_to
+    assert by["MLA attention, compute"].measured_on == "ascend-910c bf16"
+    assert all(s.note for s in st.cost_sources)
+
+
+def test_allreduce_is_the_nccl_fit_scaled_by_link():
+    fit, table, pts = th.allreduce_fit()
+    assert table == "triton-distributed-57-h100-nccl"
+    assert 2 * 2**20 in fit.excluded_sizes_bytes          # the 2 MB row is slower than the 4 MB one
+    assert fit.max_abs_relative_residual < 0.15
+    t = th.allreduce_seconds("h100", payload_bytes=8 * 2**20, tp=8)
+    assert t == pytest.approx(fit.time_s(8 * 2**20), rel=1e-12)
+    t910 = th.allreduce_seconds("ascend-910b2", payload_bytes=8 * 2**20, tp=8)
+    assert t910 == pytest.approx(fit.latency_s + 8 * 2**20 / (fit.bandwidth_bytes_per_s * 196 / 450), rel=1e-12)
+    assert th.allreduce_seconds("h100", payload_bytes=1e6, tp=1) == 0
+
+
+def test_mtp_counts_accepted_tokens_and_costs_its_draft():
+    assert th.mtp_acceptance_default() == pytest.approx(0.875)        # the report's 85-90 %
+    assert th.accepted_tokens(3, 0.5) == pytest.approx(0.5 + 0.25 + 0.125)
+    kw = dict(tp=1, dp=16, ep=16, context=4096, concurrency=16 * 32, phase="decode", **PUB)
+    off = th.step(V3, "h800", **kw)
+    on = th.step(V3, "h800", mtp_steps=1, **kw)
+    assert on.tokens == pytest.approx(16 * 32 * 1.875, rel=1e-12)
+    assert on.time_s > off.time_s and on.breakdown["MTP draft"] > 0
+    assert any(s.component == "MTP acceptance" for s in on.cost_sources)
+    low = th.step(V3, "h800", mtp_steps=1, mtp_acceptance=0.5, **kw)
+    assert low.time_s == pytest.approx(on.time_s, rel=1e-12) and low.tokens < on.tokens
+    with pytest.raises(LayoutError, match="mtp_acceptance"):
+        th.step(V3, "h800", mtp_steps=1, mtp_acceptance=1.5, **kw)
+
+
+def test_imbalance_from_the_eplb_table():
+    assert th.imbalance_factor(None) == (1.0, None)
+    rho, src = th.imbalance_factor(True, ep=32, redundant_experts=32)
+    assert rho == pytest.approx(1.109) and "redundant" in src.note
+    assert "optimistic" in th.imbalance_factor(True, ep=32)[1].note
+    assert th.imbalance_factor(False, experts_per_rank=8)[0] == pytest.approx(2.564)
+    assert th.imbalance_factor(False, experts_per_rank=32)[0] == pytest.approx(1 + 1.564 / 2)
+    # the sqrt scaling is the table's own: ranks of 8 slots spread like 8 independent slots (within 10 %)
+    rank = next(p for p in C.expert_imbalance("rank", eplb="none"))
+    slot = next(p for p in C.expert_imbalance("expert_slot", eplb="none"))
+    assert (rank.std_tokens / rank.mean_tokens) == pytest.approx(slot.std_tokens / slot.mean_tokens
+                                                                 / math.sqrt(rank.slots_per_rank), rel=0.1)
+    kw = dict(tp=1, dp=32, ep=32, context=4096, concurrency=32 * 4, phase="prefill", **PUB)
+    assert th.step(V3, "h800", eplb=False, **kw).time_s > th.step(V3, "h800", eplb=True, redundant_experts=32,
+                                                                  **kw).time_s > th.step(V3, "h800", **kw).time_s
+
+
+def test_redundant_experts_are_held():
+    kw = dict(tp=1, dp=32, ep=32, context=1024, concurrency=64, phase="decode", quant="fp8")
+    plain = th.step(V3, "h800", **kw)
+    more = th.step(V3, "h800", redundant_experts=32, **kw)   # 9 expert slots per card instead of 8
+    w = card_weights(V3, "fp8", ep=32)
+    assert more.stored_bytes_per_card - plain.stored_bytes_per_card == pytest.approx(w.class_i_bytes / 8, rel=1e-9)
+    with pytest.raises(LayoutError, match="expert parallelism"):
+        th.step(V3, "h800", tp=1, dp=1, context=1024, concurrency=8, phase="decode", redundant_experts=4)
+
+
+def test_decode_costs_more_per_sequence_than_the_roofline():
+    # an extra sequence per rank costs its attention, its expert rows and its dispatched copies: the published
+    # costs put that at 0.34 ms on H800 EP144 (MLA 0.13 ms at 4,989 tokens, DeepEP's per-token copies ~0.17 ms),
+    # more than twice the roofline's 0.15 ms
+    kw = dict(tp=1, dp=144, ep=144, context=4989, phase="decode", quant="fp8")
+    pub = [th.step(V3, "h800", concurrency=144 * b, costs="published", **kw).time_s for b in (64, 65)]
+    roof = [th.step(V3, "h800", concurrency=144 * b, overlap=True, **kw).time_s for b in (64, 65)]
+    slope_pub, slope_roof = pub[1] - pub[0], roof[1] - roof[0]
+    assert 0.25e-3 < slope_pub < 0.45e-3
+    assert slope_pub > 2 * slope_roof
+
+
+def test_overlap_hides_communication_under_the_other_micro_batch():
+    kw = dict(tp=1, dp=32, ep=32, context=4096, concurrency=32 * 4, phase="prefill", **PUB)
+    serial = th.step(V3, "h800", **kw)
+    tbo = th.step(V3, "h800", overlap=True, **kw)
+    parts = {k: v for k, v in serial.breakdown.items() if k != "overlap saved"}
+    assert serial.time_s == pytest.approx(sum(parts.values()), rel=1e-12)
+    assert serial.comm_s < tbo.time_s < serial.time_s          # hides at most the communication
+    assert tbo.time_s >= max(tbo.compute_s + tbo.memory_s, tbo.comm_s) / 1.0001
+    assert tbo.breakdown["overlap saved"] == pytest.approx(
+        sum(v for k, v in tbo.breakdown.items() if k != "overlap saved") - tbo.time_s, rel=1e-9)
+
+
+def test_published_step_is_vectorized():
+    kw = dict(tp=1, dp=16, ep=16, phase="decode", **PUB)
+    L = np.array([1024, 4096, 16384])
+    many = th.step(V3, "h800", context=L, concurrency=512, **kw)
+    for i, l in enumerate(L):
+        one = th.step(V3, "h800", context=int(l), concurrency=512, **kw)
+        assert many.time_s[i] == pytest.approx(one.time_s, rel=1e-12)
+        assert many.bound[i] == one.bound
+    assert np.all(np.diff(many.time_s) > 0)
+
+
+def test_published_v4_step():
+    kw = dict(tp=1, dp=16, ep=16, concurrency=320, phase="decode", costs="published")
+    st = th.step(V4, "ascend-910b2", context=np.array([1024, 65536]), **kw)
+    assert np.all(np.diff(st.time_s) > 0)
+    assert any(s.component == "DeepSeek-V4 attention" and s.carried for s in st.cost_sources)
+
+
+def test_eager_mode_adds_the_published_host_gap():
+    kw = dict(tp=1, dp=8, ep=8, context=2048, concurrency=64, phase="decode", costs="published")
+    g = th.step(V3, "ascend-910b2", **kw)
+    e = th.step(V3, "ascend-910b2", graph=False, **kw)
+    assert e.time_s - g.time_s == pytest.approx(61 * 591e-6, rel=1e-12)   # vllm-ascend #9404: 591 us per block
