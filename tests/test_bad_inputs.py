@@ -26,7 +26,7 @@ def config(name: str = V3) -> dict:
 
 def card() -> str:
     """The ascend-910b2 preset as a user's TOML file."""
-    return ('label = "my card"\nhbm_bytes = 68719476736\nhbm_visible_bytes = 65455301591\n'
+    return ('label = "my card"\nfamily = "ascend"\nhbm_bytes = 68719476736\nhbm_visible_bytes = 65455301591\n'
             'hbm_bandwidth_bytes_per_s = 1.6e12\nhbm_bandwidth_bytes_per_s_range = [1.2e12, 2.0e12]\n'
             'flops_per_s = { fp16 = 376e12, bf16 = 353.9e12, int8 = 752e12 }\n'
             'intra_node_bytes_per_s = 196e9\nscale_out_bytes_per_s = 25e9\ncards_per_node = 8\n')

@@ -135,7 +135,14 @@ CHARTS = {
                       for s, v in (("compute, 80 tokens", 0.07), ("all-reduce, 80 tokens", 0.02))]),
         "time per layer", card="ascend-910b2"),
     "ratio_chart": lambda: charts.ratio_chart(_ratio_table(), "predicted / measured per measurement"),
+    "frontier_chart": lambda: charts.frontier_chart(_small_frontier(), 0.05, "output per card vs TPOT"),
 }
+
+
+def _small_frontier() -> pd.DataFrame:
+    from pdcalc.plan import Setup, Workload, frontier
+
+    return frontier(Setup(cards=32), Workload(prompt_tokens=2048, output_tokens=512, concurrency=256))
 
 
 def test_every_chart_function_is_covered():
