@@ -628,7 +628,9 @@ def tp_chart(rows: pd.DataFrame, title: str, *, card=None):
 def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] | None = None):
     """Predicted / measured per measurement on a log scale: a point at the prediction, a bar over the range
     of candidates, a shaded band around 1 (``band``; default :data:`pdcalc.validation.CHART_BAND`), one colour
-    per quantity. ``df``: :func:`pdcalc.validation.table`.
+    per quantity. Throughput rows also show the roofline with flat efficiencies (``ratio_before``) as an
+    open diamond joined to the published-cost prediction by a dotted line: before and after. ``df``:
+    :func:`pdcalc.validation.table`.
 
     As wide as the book's column (:data:`pdcalc.charts.CHART_WIDTH`, the measurement ids included)."""
     from pdcalc.validation import CHART_BAND, GROUPS
@@ -636,7 +638,11 @@ def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] | None =
     alt = altair()
     band = band or CHART_BAND
 
-    rows = df[["id", "group", "ratio", "ratio_low", "ratio_high", "layout"]].copy()
+    cols = ["id", "group", "ratio", "ratio_low", "ratio_high", "layout"]
+    rows = df[cols + (["ratio_before"] if "ratio_before" in df else [])].copy()
+    if "ratio_before" not in rows:
+        rows["ratio_before"] = np.nan
+    rows["ratio_before"] = rows["ratio_before"].astype(float)
     rank = {g: i for i, g in enumerate(dict.fromkeys(GROUPS.values()))}
     order = list(rows.assign(r=rows["group"].map(rank)).sort_values("r", kind="stable")["id"])
     scale = alt.Scale(type="log", domain=[0.25, 4], clamp=True)
@@ -652,7 +658,17 @@ def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] | None =
                 axis=alt.Axis(values=[0.25, 0.5, 0.8, 1, 1.25, 2, 4], format="~g")), y=y, color=color,
         tooltip=["id", "layout", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ratio_low:Q", format=".3f"),
                  alt.Tooltip("ratio_high:Q", format=".3f")])
-    return house_style((shade + one + rng + pts).properties(height=alt.Step(22), title=title), label_limit=320)
+    layers = [shade, one, rng, pts]
+    before = rows[rows["ratio_before"].notna()]
+    if len(before):
+        link = alt.Chart(before).mark_rule(strokeDash=[2, 2], opacity=0.7).encode(
+            x=alt.X("ratio_before:Q", scale=scale), x2="ratio:Q", y=y, color=color)
+        mark = alt.Chart(before).mark_point(shape="diamond", filled=False, size=70, opacity=1).encode(
+            x=alt.X("ratio_before:Q", scale=scale), y=y, color=color,
+            tooltip=["id", alt.Tooltip("ratio_before:Q", title="before (roofline)", format=".3f"),
+                     alt.Tooltip("ratio:Q", title="after (published costs)", format=".3f")])
+        layers = [shade, one, link, rng, mark, pts]
+    return house_style(alt.layer(*layers).properties(height=alt.Step(22), title=title), label_limit=320)
 
 
 #: Height of the frontier chart's plot, pixels.

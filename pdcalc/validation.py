@@ -20,7 +20,8 @@ Quantities and the functions that predict them:
   measurement implies, ``u M - W - M_KV``;
 - KV-cache bytes and capacity: :func:`pdcalc.kv_cache.kv_bytes` in the engine's layout, tokens =
   memory / bytes per token;
-- throughput: :func:`pdcalc.throughput.compare_published`;
+- throughput: :func:`predict_throughput` (:func:`pdcalc.throughput.step` with ``costs="published"``,
+  the roofline of flat efficiencies beside it);
 - KV transfer: :func:`pdcalc.transfer.fit_link`, :meth:`pdcalc.transfer.Link.seconds`.
 
 Where a condition is open (a layout, whether the MTP draft is loaded) every candidate consistent with
@@ -87,9 +88,12 @@ class Band:
     low: float
     high: float
     why: str            # the claim, and why the band is this wide
+    gap: bool = False   # a known gap: the band need not contain 1 (the model is off, for the reason given)
 
     def __post_init__(self):
-        if not 0 < self.low <= 1 <= self.high:
+        if not 0 < self.low <= self.high:
+            raise LayoutError(f"a band must be 0 < low <= high, got [{self.low}, {self.high}]")
+        if not self.gap and not self.low <= 1 <= self.high:
             raise LayoutError(f"a band must contain 1, got [{self.low}, {self.high}]")
 
     def contains(self, ratio: float) -> bool:
@@ -118,14 +122,80 @@ BANDS: dict[str, Band] = {
         "Bytes per token are exact; the band spans both readings of the printed 'GB' (10**9 B as printed, "
         "2**30 B as SGLang's memory pool computes it: a factor 1.074) and the 2-decimal rounding of 0.65.")),
     "throughput": Band(1 / 3, 3.0, (
-        "A roofline with assumed efficiencies (MFU, MBU, link efficiency) and balanced routing, against "
-        "production averages and best-case benchmarks: a factor of 3 either way.")),
+        "A throughput entry without a band of its own in THROUGHPUT_BANDS (a new measurement): a factor of 3 "
+        "either way until one is recorded; tests/test_validation.py requires one.")),
     "transfer-in-sample": Band(0.9, 1.1, (
         "The link is fitted to the same Mooncake table (relative least squares over 9 prompt lengths): this "
         "checks the fit's residual at one point, 10 %.")),
     "transfer-carried": Band(0.5, 2.0, (
         "An efficiency fitted on one network (vLLM + Mooncake, 8 x 200 Gb/s) carried to another line rate: "
         "the Mooncake README's own two networks differ 1.8x in efficiency (87 % and 47.5 %), so a factor of 2.")),
+}
+
+
+_OVERLAP_GAP = ("the two-micro-batch overlap the run uses is modelled ideal (compute and communication never slow "
+                "each other); its published serial kernel sum is the range's low end")
+
+
+def _tb(low: float, high: float, why: str) -> Band:
+    """A throughput band: 10 % either side of what the published-cost model achieves, with the reason; a
+    band that leaves out 1 is a known gap."""
+    return Band(low, high, why, gap=not low <= 1 <= high)
+
+
+#: The band of each throughput prediction: 10 % either side of the ratio the published-cost model reaches,
+#: so that a change of the model moves a prediction out of its band; where the band leaves out 1 the model
+#: is known to be off, for the reason given.
+THROUGHPUT_BANDS: dict[str, Band] = {
+    "deepseek-prod-h800-prefill-per-node": _tb(2.73, 3.31, (
+        "A 24 h production average (load below capacity; DeepSeek's own profile runs twice its rate) with "
+        f"prompt length and batch not stated; and {_OVERLAP_GAP}.")),
+    "deepseek-prod-h800-decode-per-node": _tb(1.03, 1.26, (
+        f"Batch from the measured rate and per-user speed; MTP not stated (off); {_OVERLAP_GAP}.")),
+    "cloudmatrix384-r1-prefill-per-npu": _tb(1.52, 1.85, (
+        "Layout and batch assumed; INT8 GEMM shares carried from DeepGEMM's H800 FP8 table (no Ascend GEMM "
+        f"figure); {_OVERLAP_GAP}.")),
+    "cloudmatrix384-r1-decode-per-npu-tpot50": _tb(1.28, 1.56, (
+        f"Batch from the TPOT limit; GEMM shares carried from the H800; MTP not stated (off); {_OVERLAP_GAP}.")),
+    "lmsys-96xh100-prefill-per-node": _tb(1.77, 2.15, f"Batch per device assumed (16,384); {_OVERLAP_GAP}."),
+    "lmsys-96xh100-prefill-per-node-1k": _tb(1.62, 1.98, f"'1K' as 1,024, batch as the 4K run; {_OVERLAP_GAP}."),
+    "lmsys-96xh100-prefill-per-node-4k": _tb(1.75, 2.12, f"Conditions stated; EPLB imbalance carried; {_OVERLAP_GAP}."),
+    "lmsys-96xh100-prefill-per-node-4k-perfect-eplb": _tb(1.6, 1.94, f"Conditions stated; {_OVERLAP_GAP}."),
+    "lmsys-96xh100-decode-per-node": _tb(1.25, 1.53, f"Batch and KV length stated, no MTP; {_OVERLAP_GAP}."),
+    "lmsys-h20-prefill-per-node": _tb(0.64, 0.78, (
+        "Under-predicted: the H800's shares of peak carried to the H20 (a slower tensor core is easier to keep "
+        "fed), FP8 attention left at BF16 (no published FP8 kernel figure), batch assumed.")),
+    "lmsys-h20-decode-per-node": _tb(0.81, 0.99, "As the InferX Base row it matches (batch 48, MTP 1 step)."),
+    "lmsys-h20-decode-per-gpu-tpot70": _tb(0.81, 0.99, (
+        "Batch and MTP stated; BF16 attention where the run may use FP8 MLA; single-batch overlap left out.")),
+    "lmsys-h20-decode-per-gpu-tpot50": _tb(0.84, 1.03, "As the 70 ms tier, at batch 32."),
+    "lmsys-h20-decode-per-gpu-tpot30": _tb(1.07, 1.31, (
+        "Batch 12 with 2 MTP steps: acceptance of the second draft carried from the report's first (85-90 %).")),
+    "lmsys-h20-decode-per-gpu-ep16-bs8": _tb(0.79, 0.96, "Batch 8 stated; MTP not stated (off; on is the range)."),
+    "lmsys-h20-decode-per-gpu-ep32-bs8": _tb(0.92, 1.13, "Batch 8 stated; MTP not stated (off; on is the range)."),
+    "lmsys-h20-decode-per-gpu-ep32-bs32": _tb(0.94, 1.15, "Batch 32 stated; MTP not stated (off)."),
+    "trtllm-h200-r1-fp8-max-throughput": _tb(1.5, 1.82, (
+        "Aggregated serving: prefill interleaved in 1,151-token chunks with decode, not modelled as such; "
+        "imbalance without EPLB scaled from EP32 to EP8.")),
+    "trtllm-h200-r1-fp8-min-latency-batch1": _tb(2.7, 3.28, (
+        "One request: the step is set by per-kernel latency floors (thousands of small kernels, three "
+        "sequential MTP drafts), which no published figure gives.")),
+    "rtp-llm-h800-prefill-per-card": _tb(1.21, 1.48, (
+        "Two 4K prompts per GPU under a TTFT target: a small step where kernels run below their large-M "
+        "ceilings; overlap not stated.")),
+    "rtp-llm-h800-decode-per-card": _tb(0.88, 1.07, "Concurrency and per-user speed stated; MTP and overlap not stated."),
+    "sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50": _tb(2.45, 2.98, (
+        "The run's TPOT (48 ms) is 2.5x the model's step: SGLang on Ascend pays costs beyond the published "
+        "kernels (measured concurrency 697 of 832 also lowers the batch).")),
+    "sglang-ascend-a3-r1-w8a8-32card-pd-6000-1600-tpot20": _tb(1.93, 2.35, (
+        "Two sequences per card with 3 MTP steps: latency floors of small kernels, not published.")),
+    "cann-recipes-a3-r1-prefill-per-card-microbatch": _tb(1.56, 1.9, (
+        f"GEMM shares carried from the H800's FP8 to the 910C's INT8; {_OVERLAP_GAP}.")),
+    "cann-recipes-a3-r1-prefill-per-card-no-microbatch": _tb(1.29, 1.57, (
+        "No overlap, conditions stated: GEMM shares carried from the H800's FP8 to the 910C's INT8 and AMLA's "
+        "'up to' attention figure overstate the 910C.")),
+    "cann-recipes-a3-r1-w8a8c8-decode-per-chip": _tb(1.21, 1.48, (
+        "Conditions and acceptance stated; GEMM shares carried from the H800 and AMLA's 'up to' figure.")),
 }
 
 
@@ -302,6 +372,9 @@ class Prediction:
     function: str               # the pdcalc function that computes it
     assumptions: str            # what is assumed where the source is silent
     band: Band
+    before: float | None = None  # throughput: the roofline with flat efficiencies under the same conditions
+    cost_sources: tuple = ()     # throughput: pdcalc.throughput.CostSource of every published figure used
+    costs_from: str = ""         # throughput: the costs.toml tables used, and the cards carried from
 
 
 def _weights(mid: str, scheme) -> Prediction:
@@ -449,20 +522,379 @@ def _mooncake_bandwidth(mid: str) -> Prediction:
                       band=BANDS["transfer-in-sample"])
 
 
-def _throughput(mfu, mbu, comm_eff, overlap) -> list[Prediction]:
-    df = throughput.compare_published(mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap)
-    runs = {r.measurement: r for r in throughput.PUBLISHED_RUNS}
+#: Registry cards named in words that a preset describes, and why.
+CARD_ALIASES: dict[str, tuple[str, str]] = {
+    "NVIDIA H100": ("h100", "the registry names the card in words; the LMSYS cluster's 8-GPU nodes with NVLink "
+                            "and one 400 Gb/s NIC per GPU are H100 SXM, the h100 preset"),
+}
+
+#: The output a throughput prediction uses of the step: "published" (after) and "roofline" (before).
+THROUGHPUT_MODELS = ("published", "roofline")
+
+_SGLANG_MTP = ("SGLang's --speculative-num-draft-tokens counts the verified token: with eagle top-k 1 it is the "
+               "draft steps + 1 (sglang server_args), so draft steps = draft tokens - 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Open:
+    """Conditions a throughput source leaves open, each assumed with its reason (``why``)."""
+
+    why: str
+    quant: str | None = None
+    tp: int | None = None
+    ep: int | None = None                    # EP ranks as the registry counts them
+    prompt_tokens: int | None = None
+    prefill_tokens_per_card: float | None = None
+    mtp: bool | None = None
+    mtp_steps: int | None = None
+    mtp_acceptance: float | None = None
+    mtp_acceptance_quote: str | None = None  # the entry's text that prints the acceptance
+    eplb: bool | None = None
+    redundant_experts: int = 0
+    overlap: bool = False
+    moe_tp: bool = False                     # MoE split over the instance's TP group (no all-to-all)
+    batch_per_card: float | None = None      # decode sequences per card
+    use_little: bool = False                 # decode batch from the measured rate x the per-user TPOT
+
+
+_DAY6_OVERLAP = ("DeepSeek's overview (day 6) overlaps communication with computation through two micro-batches "
+                 "in both phases")
+_LMSYS_TBO = "LMSYS runs two-batch overlap (TBO) in both phases and EPLB with 32 redundant experts"
+
+#: Open conditions of each predicted throughput measurement. A measurement absent here takes the generic
+#: rules of :func:`throughput_setup` (no overlap, balanced routing unless stated, MTP off unless stated).
+_OPEN: dict[str, _Open] = {
+    "deepseek-prod-h800-prefill-per-node": _Open(
+        quant="fp8", prompt_tokens=4096, prefill_tokens_per_card=16384, eplb=True, redundant_experts=32,
+        overlap=True,
+        why=(f"FP8 (the quantization field). Prompt length and batch of DeepSeek's profile runs (4K prompts, 16K "
+             f"tokens per GPU). EPLB with 32 redundant experts (day 6: prefill holds 32 redundant experts). "
+             f"{_DAY6_OVERLAP}.")),
+    "deepseek-prod-h800-decode-per-node": _Open(
+        quant="fp8", eplb=True, redundant_experts=32, overlap=True, use_little=True,
+        why=(f"FP8. The batch per GPU from the measured rate and 21 tokens/s per user (the midpoint of 20-22, "
+             f"Little's law). MTP not stated: off (on is the range). EPLB with 32 redundant experts. "
+             f"{_DAY6_OVERLAP}.")),
+    "cloudmatrix384-r1-prefill-per-npu": _Open(
+        tp=1, ep=32, prompt_tokens=4096, prefill_tokens_per_card=16384, overlap=True,
+        why=("The abstract states neither layout nor batch: EP32 over dies (16 NPUs), 4K prompts, 16K tokens per "
+             "NPU assumed; perfect EPLB as the reference README says (balanced routing); microbatch pipelining "
+             "as arXiv 2506.12708 describes for CloudMatrix-Infer.")),
+    "cloudmatrix384-r1-decode-per-npu-tpot50": _Open(
+        tp=1, ep=320, prompt_tokens=4096, eplb=True, redundant_experts=32, overlap=True, use_little=True,
+        why=("EP320 over dies (160 NPUs) as the abstract names; 4K prompts; the batch per NPU from the measured "
+             "rate and TPOT 50 ms (Little's law, the limit taken as reached); MTP not stated: off; EPLB with "
+             "redundant experts; microbatch pipelining as arXiv 2506.12708 describes.")),
+    "lmsys-96xh100-prefill-per-node": _Open(
+        quant="fp8", tp=1, prefill_tokens_per_card=16384, eplb=True, redundant_experts=32, overlap=True,
+        why=(f"DP attention (TP1); 16,384 tokens per device as the post's 4K run; {_LMSYS_TBO}.")),
+    "lmsys-96xh100-prefill-per-node-1k": _Open(
+        quant="fp8", tp=1, prompt_tokens=1024, prefill_tokens_per_card=16384, eplb=True, redundant_experts=32,
+        overlap=True,
+        why=(f"'1K' taken as 1,024 tokens; DP attention (TP1); 16,384 tokens per device as the 4K run; "
+             f"{_LMSYS_TBO}.")),
+    "lmsys-96xh100-prefill-per-node-4k": _Open(
+        quant="fp8", tp=1, eplb=True, redundant_experts=32, overlap=True,
+        why=f"DP attention (TP1); {_LMSYS_TBO} (default expert distribution)."),
+    "lmsys-96xh100-prefill-per-node-4k-perfect-eplb": _Open(
+        quant="fp8", tp=1, overlap=True, why="DP attention (TP1); two-batch overlap as the post's runs."),
+    "lmsys-96xh100-decode-per-node": _Open(
+        quant="fp8", tp=1, eplb=True, redundant_experts=32, overlap=True,
+        why=f"DP attention (TP1); {_LMSYS_TBO}."),
+    "lmsys-h20-prefill-per-node": _Open(
+        quant="fp8", prefill_tokens_per_card=16384 / 8,
+        why=("FP8 checkpoint (DeepSeek-R1's own) and BF16 attention (the base config; FP8 attention has no "
+             "published kernel figure). Batch not stated: 4 prompts of 4,096 tokens per step on the 8-GPU "
+             "instance. No overlap.")),
+    "lmsys-h20-decode-per-node": _Open(
+        quant="fp8", mtp_steps=1, eplb=True, batch_per_card=48,
+        why=("The InferX Base row (notes): batch 48 per GPU, MTP 1 step. FP8 checkpoint, BF16 attention "
+             "(FP8 MLA has no published kernel figure). EPLB ('Expert Affinity EPLB'), no redundant "
+             "experts stated. Single-batch overlap (SBO) is not modelled: no overlap.")),
+    "lmsys-h20-decode-per-gpu-tpot70": _Open(
+        quant="fp8", eplb=True, why=("FP8 checkpoint, BF16 attention; EPLB without stated redundant experts; SBO not "
+                                     f"modelled (no overlap). {_SGLANG_MTP}.")),
+    "lmsys-h20-decode-per-gpu-tpot50": _Open(
+        quant="fp8", eplb=True, why=("FP8 checkpoint, BF16 attention; EPLB without stated redundant experts; SBO not "
+                                     f"modelled (no overlap). {_SGLANG_MTP}.")),
+    "lmsys-h20-decode-per-gpu-tpot30": _Open(
+        quant="fp8", eplb=True, why=("FP8 checkpoint, BF16 attention; EPLB without stated redundant experts; SBO not "
+                                     f"modelled (no overlap). {_SGLANG_MTP}.")),
+    "lmsys-h20-decode-per-gpu-ep16-bs8": _Open(
+        quant="fp8", eplb=True,
+        why=("FP8 checkpoint, BF16 attention; MTP not stated for this comparison: off (the post's decode base "
+             "config has 1 step: on is the range); EPLB; no overlap.")),
+    "lmsys-h20-decode-per-gpu-ep32-bs8": _Open(
+        quant="fp8", eplb=True,
+        why=("FP8 checkpoint, BF16 attention; MTP not stated for this comparison: off (the post's decode base "
+             "config has 1 step: on is the range); EPLB; no overlap.")),
+    "lmsys-h20-decode-per-gpu-ep32-bs32": _Open(
+        quant="fp8", eplb=True,
+        why=("FP8 checkpoint, BF16 attention; MTP not stated for this comparison: off (the post's decode base "
+             "config has 1 step: on is the range); EPLB; no overlap.")),
+    "trtllm-h200-r1-fp8-max-throughput": _Open(
+        eplb=False,
+        why=("Aggregated: each output token also pays its share of the prompts (1K in, 2K out), each prompt "
+             "prefilled in a step of its own; no EPLB stated (none); no overlap; no MTP (stated).")),
+    "trtllm-h200-r1-fp8-min-latency-batch1": _Open(
+        moe_tp=True,
+        why=("TP8 attention with the MoE split over the same 8 GPUs (TP2 x EP4 holds the same bytes per card as "
+             "TP8): two all-reduces per layer, no all-to-all; MTP 3 draft tokens at the published acceptance; "
+             "one request: no routing imbalance over a batch; aggregated serving, the 1K prompt's prefill is "
+             "left out (1 step of 2,048).")),
+    "rtp-llm-h800-prefill-per-card": _Open(
+        quant="fp8", eplb=True, redundant_experts=32,
+        why=("FP8 checkpoint (DeepSeek-V3's own); 2 prompts of 4K per GPU as stated; EPLB with redundant experts; "
+             "overlap not stated: none.")),
+    "rtp-llm-h800-decode-per-card": _Open(
+        quant="fp8", eplb=True, redundant_experts=16,
+        why=("FP8 checkpoint; 13,200 sequences over 144 GPUs; mean KV length prompt + half the output; EPLB with "
+             "the 16 redundant experts the workload names; MTP and overlap not stated: off.")),
+    "sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50": _Open(
+        why=("Decode batch: the client concurrency (832) over the 16 decode cards; mean KV prompt + half the "
+             "output; the 32-card rate is the decode cards' output over all 32 cards; no overlap stated; "
+             f"routing balanced (no EPLB stated). {_SGLANG_MTP}.")),
+    "sglang-ascend-a3-r1-w8a8-32card-pd-6000-1600-tpot20": _Open(
+        why=("Decode batch: the client concurrency (32) over the 16 decode cards; attention TP2; mean KV prompt + "
+             "half the output; the 32-card rate is the decode cards' output over all 32 cards; no overlap "
+             f"stated; routing balanced. {_SGLANG_MTP}.")),
+    "cann-recipes-a3-r1-prefill-per-card-microbatch": _Open(
+        quant="w8a8", overlap=True,
+        why=("W8A8 (the repository's prefill config is named ..._a8w8); uniform expert load as stated; "
+             "micro-batch (two-batch) overlap as stated.")),
+    "cann-recipes-a3-r1-prefill-per-card-no-microbatch": _Open(
+        quant="w8a8", why="W8A8 (the prefill config's name); uniform expert load as stated; no micro-batch."),
+    "cann-recipes-a3-r1-w8a8c8-decode-per-chip": _Open(
+        mtp_acceptance=0.7, mtp_acceptance_quote="0.7 of 1 draft token accepted",
+        why=("INT8 KV cache (C8); the run's own acceptance (0.7 of 1 draft token, notes); perfect EPLB; "
+             "context 4,096 (LongBench inputs truncated; 100 new tokens at most); overlap not stated: none.")),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThroughputSetup:
+    """Everything :func:`pdcalc.throughput.step` needs to predict one throughput measurement."""
+
+    id: str
+    model: str
+    card: str
+    quant: str
+    phase: str
+    tp: int
+    dp: int
+    ep: int | None
+    context: float
+    concurrency: float             # sequences (decode) or prompts (prefill) over the tp x dp cards
+    mtp_steps: int
+    mtp_acceptance: float | None
+    eplb: bool | None
+    redundant_experts: int
+    overlap: bool
+    kv_bytes: float
+    scale: float                   # tokens/s per card -> the measurement's value (scope, counting, cache hits)
+    aggregated: tuple | None       # (prompt, output) tokens when prefill shares the cards
+    little: bool                   # batch from the measured rate (Little's law)
+    assumptions: str
+
+    def layout(self) -> str:
+        ep = f"EP{self.ep}" if self.ep else "MoE TP"
+        return f"TP{self.tp} x DP{self.dp}, {ep}, {self.phase}, context {self.context:,.0f}"
+
+    def step_kwargs(self, costs: str) -> dict:
+        kw = dict(tp=self.tp, dp=self.dp, ep=self.ep, phase=self.phase, quant=self.quant, overlap=self.overlap,
+                  kv_bytes=self.kv_bytes, costs=costs)
+        if costs == "published":
+            kw |= dict(mtp_steps=self.mtp_steps, mtp_acceptance=self.mtp_acceptance, eplb=self.eplb,
+                       redundant_experts=self.redundant_experts)
+        elif self.redundant_experts:
+            kw |= dict(redundant_experts=self.redundant_experts)
+        return kw
+
+
+class NotPredictable(Exception):
+    """A throughput measurement pdcalc cannot set up; the message says why."""
+
+
+def _quant(text: str | None) -> str | None:
+    t = (text or "").lower()
+    if "nvfp4" in t or "w4a8" in t or "fp4" in t:
+        raise NotPredictable(f"pdcalc has no quantization scheme for {text!r} (FP4 / W4A8 weights)")
+    if "fp8" in t:
+        return "fp8"
+    if "int8" in t or "w8a8" in t:
+        return "w8a8"
+    return None
+
+
+def throughput_setup(mid: str) -> ThroughputSetup:
+    """The conditions of throughput measurement ``mid`` as the step model needs them: the registry's
+    stated fields first, then the open conditions of :data:`_OPEN` (each with its reason), then these
+    rules: decode KV length = prompt + half the output; the decode batch from ``batch_per_card``, the
+    client ``concurrency`` over the decode cards, or the measured rate times the per-user TPOT (Little's
+    law); no overlap, balanced routing and MTP off unless stated. The model is one EP group (or the
+    measured instance without EP). Raises :class:`NotPredictable` with the reason otherwise.
+    """
+    from pdcalc.hardware import card_names
+
+    m = reg.get(mid)
+    o = _OPEN.get(mid, _Open(why=""))
+    notes = [o.why] if o.why else []
+    model = MODEL_PRESETS.get(m.model or "")
+    if model is None:
+        raise NotPredictable(f"{m.model}: {_NO_PRESET}")
+    card = m.card if m.card in card_names() else CARD_ALIASES.get(m.card, (None, ""))[0]
+    if card is None:
+        raise NotPredictable(f"the card ({m.card}) is not a card preset")
+    if m.card in CARD_ALIASES:
+        notes.append(f"Card {card}: {CARD_ALIASES[m.card][1]}.")
+    quant = _quant(m.quantization) or o.quant
+    phase = "prefill" if m.quantity == "prefill_throughput" else "decode"
+    rpc = throughput.RANKS_PER_CARD.get(card, 1)
+    tp = m.tp if m.tp is not None else o.tp
+    gaps = [what for what, missing in (
+        ("the checkpoint's quantization", quant is None), ("the attention TP size", tp is None),
+        ("the prompt length", (m.prompt_tokens or o.prompt_tokens or m.context_tokens) is None),
+        ("the batch" + (" (or a TPOT to infer it)" if phase == "decode" else ""),
+         not (m.batch_per_card or o.batch_per_card or m.concurrency or m.prefill_tokens_per_card
+              or o.prefill_tokens_per_card or (phase == "decode" and (m.tokens_per_s_per_user or m.tpot_limit_ms
+                                                                      or o.use_little))))) if missing]
+    if gaps:
+        raise NotPredictable(f"{', '.join(gaps)} {'is' if len(gaps) == 1 else 'are'} not stated and no "
+                             "assumption is recorded")
+    ep_ranks = o.ep if o.ep is not None else m.ep
+    phase_cards = (m.decode_cards if phase == "decode" else m.prefill_cards) or m.cards
+    # the registry counts ranks; a card of several dies (RANKS_PER_CARD) holds as many ranks
+    per = rpc if rpc > 1 and ep_ranks and (not phase_cards or ep_ranks > phase_cards) else 1
+    ep = None if (o.moe_tp or not ep_ranks or ep_ranks == 1) else ep_ranks // per
+    tp_cards = max(1, tp // per) if per > 1 else tp
+    cards = ep if ep else (phase_cards or tp_cards)
+    if cards % tp_cards:
+        raise NotPredictable(f"TP{tp_cards} does not divide the {cards} cards modelled")
+    dp = cards // tp_cards
+    prompt = m.prompt_tokens or o.prompt_tokens or m.context_tokens
+    mtp = m.mtp if m.mtp is not None else bool(o.mtp)
+    steps = 0
+    if mtp:
+        if o.mtp_steps is not None:
+            steps = o.mtp_steps
+        elif m.mtp_draft_tokens is not None:
+            steps = m.mtp_draft_tokens - 1 if m.engine == "sglang" else m.mtp_draft_tokens
+        else:
+            steps = 1
+    if o.mtp_acceptance_quote is not None and o.mtp_acceptance_quote not in (m.notes or ""):
+        raise LayoutError(f"{mid}: the acceptance assumed is not in the entry's notes")
+    eplb = None if m.perfect_eplb else (o.eplb if o.eplb is not None else (True if m.perfect_eplb is False else None))
+    kv = 1.0 if (m.kv_cache_dtype or "").lower() in ("int8", "fp8") else 2.0
+    scale = float(m.scope_cards or 1)
+    if m.cache_hit:
+        scale /= (1 - m.cache_hit)
+    aggregated = None
+    if m.serving == "aggregated" and m.cards_counted == "deployment" and m.concurrency != 1:
+        if not (m.prompt_tokens and m.output_tokens):
+            raise NotPredictable("aggregated serving without stated prompt and output lengths")
+        aggregated = (m.prompt_tokens, m.output_tokens)
+    elif m.serving == "disaggregated" and m.cards_counted == "deployment":
+        if not (m.decode_cards and m.cards):
+            raise NotPredictable("a deployment-counted rate without the decode cards")
+        scale *= m.decode_cards / m.cards
+        notes.append(f"Per card of the deployment: the {m.decode_cards} decode cards' output over all {m.cards}.")
+    little = False
+    if phase == "prefill":
+        context = float(prompt)
+        if m.prefill_tokens_per_card:
+            per_card = float(m.prefill_tokens_per_card)
+        elif m.batch_per_card:
+            per_card = m.batch_per_card * prompt
+        elif o.prefill_tokens_per_card:
+            per_card = float(o.prefill_tokens_per_card)
+        else:
+            raise NotPredictable("the prefill batch is not stated")
+        concurrency = per_card * cards / prompt
+    else:
+        if m.context_tokens:
+            context = float(m.context_tokens)
+        elif m.output_tokens:
+            context = prompt + m.output_tokens / 2
+        else:
+            context = float(prompt)
+            notes.append("Output length not stated: KV length = the prompt.")
+        if m.batch_per_card or o.batch_per_card:
+            b = m.batch_per_card or o.batch_per_card
+        elif m.concurrency and phase_cards:
+            b = m.concurrency / (m.decode_cards or phase_cards)
+        elif o.use_little or m.tokens_per_s_per_user or m.tpot_limit_ms:
+            speed = m.tokens_per_s_per_user
+            if isinstance(speed, tuple):
+                speed = sum(speed) / 2
+            tpot = 1 / speed if speed else m.tpot_limit_ms * 1e-3
+            b = m.per_card * tpot
+            little = True
+        else:
+            raise NotPredictable("the decode batch (or a TPOT to infer it) is not stated")
+        concurrency = b * cards
+    return ThroughputSetup(id=mid, model=model, card=card, quant=quant, phase=phase, tp=tp_cards, dp=dp, ep=ep,
+                           context=context, concurrency=concurrency, mtp_steps=steps,
+                           mtp_acceptance=o.mtp_acceptance, eplb=eplb, redundant_experts=o.redundant_experts if ep
+                           else 0, overlap=o.overlap, kv_bytes=kv, scale=scale, aggregated=aggregated,
+                           little=little, assumptions=" ".join(n for n in notes if n))
+
+
+def predict_throughput(setup: ThroughputSetup, costs: str = "published", **overrides):
+    """The measurement's value as the step model predicts it under ``setup`` (tokens/s per the measurement's
+    scope), and the decode or prefill :class:`~pdcalc.throughput.StepTime` behind it.
+
+    Aggregated serving (prefill and decode on the same cards) adds each output token's share of the
+    prompts' prefill, each prompt in a step of its own on one DP rank:
+
+    .. math:: \\frac{1}{X} = \\frac{1}{X_\\text{decode}} + \\frac{P}{O}\\,\\frac{1}{X_\\text{prefill}}
+    """
+    kw = setup.step_kwargs(costs) | overrides
+    st = throughput.step(setup.model, setup.card, context=setup.context, concurrency=setup.concurrency, **kw)
+    x = float(st.tokens_per_s_per_card)
+    if setup.aggregated:
+        prompt, out = setup.aggregated
+        pkw = kw | dict(phase="prefill", mtp_steps=0) if costs == "published" else kw | dict(phase="prefill")
+        pf = throughput.step(setup.model, setup.card, context=prompt, concurrency=setup.dp, **pkw)
+        x = 1 / (1 / x + prompt / out / float(pf.tokens_per_s_per_card))
+    return x * setup.scale, st
+
+
+def _throughput_band(mid: str) -> Band:
+    if mid in THROUGHPUT_BANDS:
+        return THROUGHPUT_BANDS[mid]
+    return BANDS["throughput"]
+
+
+def _throughput_predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.DEFAULT_MBU,
+                            comm_eff: float = throughput.DEFAULT_COMM_EFF, overlap: bool = True) -> list[Prediction]:
     out = []
-    for _, row in df.iterrows():
-        run = runs[row["measurement"]]
-        p = float(row["predicted_tokens_per_s_per_card"]) * run.cards_per_unit
+    for m in reg.load():
+        if not m.is_throughput:
+            continue
+        try:
+            setup = throughput_setup(m.id)
+        except NotPredictable:
+            continue
+        if not overlap:
+            setup = dataclasses.replace(setup, overlap=False)
+        after, st = predict_throughput(setup, "published")
+        before, _ = predict_throughput(setup, "roofline", mfu=mfu, mbu=mbu, comm_eff=comm_eff)
+        cands = [after]
+        if not setup.mtp_steps and setup.phase == "decode" and m.mtp is None:
+            cands.append(predict_throughput(setup, "published", mtp_steps=1)[0])
+        if setup.overlap:
+            cands.append(predict_throughput(setup, "published", overlap=False)[0])
+        carried = sorted({s.measured_on for s in st.cost_sources if s.carried and s.measured_on != "none"})
+        tables = sorted({t for s in st.cost_sources for t in s.tables})
         out.append(Prediction(
-            id=row["measurement"], predicted=p, low=p, high=p,
-            layout=f"TP{run.tp}, EP{run.ep}, {row['phase']}, context {run.context}",
-            function="pdcalc.throughput.compare_published",
-            assumptions=(f"{row['conditions']}. {row['bound'].capitalize()}-bound; MFU {mfu:g}, MBU {mbu:g}, "
-                         f"link efficiency {comm_eff:g}, overlap {overlap}. Per card x {run.cards_per_unit}."),
-            band=BANDS["throughput"]))
+            id=m.id, predicted=after, low=min(cands), high=max(cands), layout=setup.layout(),
+            function="pdcalc.validation.predict_throughput (pdcalc.throughput.step, costs='published')",
+            assumptions=(setup.assumptions or "As stated.") + (
+                " Where the source leaves MTP open, MTP on is the range's other end." if len(cands) > 1
+                and not setup.mtp_steps and m.mtp is None else "") + (
+                " The serial kernel sum (no overlap) is the range's low end." if setup.overlap else ""),
+            band=_throughput_band(m.id), before=before, cost_sources=st.cost_sources,
+            costs_from=", ".join(tables) + (f"; carried from {', '.join(carried)}" if carried else "")))
     return out
 
 
@@ -489,10 +921,15 @@ def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.
                 scheme: str | None = None) -> list[Prediction]:
     """pdcalc's prediction for every registry entry it can predict, in registry order.
 
+    Throughput entries are predicted by the published-cost step model (:func:`predict_throughput`), with
+    the roofline of flat efficiencies under the same conditions beside it (``Prediction.before``).
+
     Parameters
     ----------
-    mfu, mbu, comm_eff, overlap
-        Passed to :func:`pdcalc.throughput.compare_published`.
+    mfu, mbu, comm_eff
+        The roofline's efficiencies (the ``before`` of each throughput prediction).
+    overlap
+        Whether a run's stated two-micro-batch overlap is modelled (``False``: every run serial).
     scheme : str, optional
         Quantization scheme for every weight prediction (and the KV budgets built on them) instead of
         each checkpoint's own (``w8a8``, ``fp8``); what-if candidates keep theirs.
@@ -506,7 +943,7 @@ def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.
         found[mid] = _kv_budget(mid, scheme)
     for mid, fn in _SINGLE.items():
         found[mid] = fn(mid)
-    for p in _throughput(mfu, mbu, comm_eff, overlap):
+    for p in _throughput_predictions(mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap):
         found[p.id] = p
     return [found[i] for i in reg.ids() if i in found]
 
@@ -514,7 +951,7 @@ def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.
 # ------------------------------------------------------------------------------------------ not predicted
 _NO_PRESET = "pdcalc has no preset (config.json) for this model"
 
-_NOT_PREDICTED: dict[str, str] = {
+_STATIC_NOT_PREDICTED: dict[str, str] = {
     "vllm-ascend-16983-v4pro-w4a8-a3-weights-per-card": (
         f"DeepSeek-V4-Pro: {_NO_PRESET}, nor a W4A8 scheme; the TP size is not printed in the excerpt."),
     "sglang-inferencex-2128-v4pro-fp8-h200-tp8-weights": f"DeepSeek-V4-Pro: {_NO_PRESET}.",
@@ -530,26 +967,26 @@ _NOT_PREDICTED: dict[str, str] = {
     "vllm-atlas-145-r1-nvfp4-gb10-kv-available": (
         "gpu_memory_utilization is not stated, the GB10's unified memory (shared with the CPU) is not a card "
         "preset, and pdcalc has no NVFP4 scheme for the weights."),
-    "cloudmatrix384-r1-decode-per-npu-tpot15": (
-        "Not among pdcalc.throughput.PUBLISHED_RUNS: the batch and layout of the 15 ms operating point are "
-        "not in the quoted abstract."),
-    "lmsys-96xh100-prefill-per-node": (
-        "Not among PUBLISHED_RUNS: NVIDIA H100 is not a card preset, and the layouts and batches are not in "
-        "the quoted sentence."),
-    "lmsys-96xh100-decode-per-node": (
-        "Not among PUBLISHED_RUNS: NVIDIA H100 is not a card preset, and the layouts and batches are not in "
-        "the quoted sentence."),
-    "lmsys-gb200-fp8attn-nvfp4moe-prefill-per-gpu": (
-        "Not among PUBLISHED_RUNS: GB200 is not a card preset and pdcalc has no NVFP4 scheme."),
-    "lmsys-gb200-fp8attn-nvfp4moe-decode-per-gpu": (
-        "Not among PUBLISHED_RUNS: GB200 is not a card preset and pdcalc has no NVFP4 scheme."),
-    "lmsys-h20-prefill-per-node": (
-        "Not among PUBLISHED_RUNS: the prefill batch per step is not in the quoted sentence."),
-    "lmsys-h20-decode-per-node": (
-        "Not among PUBLISHED_RUNS: the decode batch and TPOT are not in the quoted sentence."),
     "mooncake-vllm-pd-h800-qwen3-8b-32k-ttft": (
         f"TTFT is mostly Qwen3-8B's prefill: {_NO_PRESET} (pdcalc's step model covers MLA models only)."),
 }
+
+
+def _throughput_reasons() -> dict[str, str]:
+    """Why each throughput entry that :func:`throughput_setup` cannot set up is not predicted."""
+    out = {}
+    for m in reg.load():
+        if m.is_throughput:
+            try:
+                throughput_setup(m.id)
+            except NotPredictable as exc:
+                out[m.id] = f"Not predicted: {exc}."
+    return out
+
+
+def not_predicted_reasons() -> dict[str, str]:
+    """Reasons of every entry pdcalc does not predict: the fixed ones and the throughput set-ups that fail."""
+    return {**_STATIC_NOT_PREDICTED, **_throughput_reasons()}
 
 
 def not_predicted(*, predicted_ids=None) -> pd.DataFrame:
@@ -558,8 +995,9 @@ def not_predicted(*, predicted_ids=None) -> pd.DataFrame:
     Columns ``id, quantity, model, engine, reason``.
     """
     done = set(predicted_ids) if predicted_ids is not None else {p.id for p in predictions()}
+    reasons = not_predicted_reasons()
     rows = [{"id": m.id, "quantity": m.quantity, "model": m.model, "engine": m.engine,
-             "reason": _NOT_PREDICTED.get(m.id)} for m in reg.load() if m.id not in done]
+             "reason": reasons.get(m.id)} for m in reg.load() if m.id not in done]
     return pd.DataFrame(rows, columns=["id", "quantity", "model", "engine", "reason"])
 
 
@@ -577,7 +1015,8 @@ def table(**kwargs) -> pd.DataFrame:
 
     Columns ``id, quantity, group, model, card, engine, layout, unit, measured, predicted, low, high,
     ratio, ratio_low, ratio_high, band_low, band_high, within_band, function, assumptions, band_why, quote,
-    source``; values in ``unit`` (:data:`SI_UNITS`).
+    source, before, ratio_before, costs_from``; values in ``unit`` (:data:`SI_UNITS`). ``before`` (throughput
+    only) is the roofline with flat efficiencies under the same conditions.
     """
     rows = []
     for p in predictions(**kwargs):
@@ -590,6 +1029,8 @@ def table(**kwargs) -> pd.DataFrame:
             "ratio_low": p.low / meas, "ratio_high": p.high / meas, "band_low": p.band.low, "band_high": p.band.high,
             "within_band": p.band.contains(p.predicted / meas), "function": p.function,
             "assumptions": p.assumptions, "band_why": p.band.why, "quote": m.quote, "source": m.source,
+            "before": p.before, "ratio_before": None if p.before is None else p.before / meas,
+            "costs_from": p.costs_from,
         })
     return pd.DataFrame(rows)
 
@@ -697,12 +1138,7 @@ def key_numbers(df: pd.DataFrame, scheme: str | None = None) -> dict:
             "atlas_low": r.loc["vllm-atlas-145-r1-nvfp4-gb10-kv-tokens", "ratio_low"],
             "atlas_high": r.loc["vllm-atlas-145-r1-nvfp4-gb10-kv-tokens", "ratio_high"]}
     out["kv_err_pct"] = 100 * max(abs(out["atlas_low"] - 1), abs(out["atlas_high"] - 1), abs(out["kt_gib"] - 1))
-    thr = r[r["group"] == "throughput"]
-    out |= {"thr_min": thr["ratio"].min(), "thr_max": thr["ratio"].max(),
-            "dsk_prefill": ratio["deepseek-prod-h800-prefill-per-node"],
-            "dsk_decode": ratio["deepseek-prod-h800-decode-per-node"],
-            "cm_prefill": ratio["cloudmatrix384-r1-prefill-per-npu"],
-            "cm_decode": ratio["cloudmatrix384-r1-decode-per-npu-tpot50"]}
+    out |= throughput_summary(df)
     bw = measured_si(reg.get("mooncake-vllm-pd-h800-qwen3-8b-peak-bandwidth"))
     pts = transfer.bandwidth_points()
     out |= {"moon_t": ratio["mooncake-vllm-pd-h800-qwen3-8b-32k-transfer-time"],
@@ -713,6 +1149,111 @@ def key_numbers(df: pd.DataFrame, scheme: str | None = None) -> dict:
             "eff_te4_pct": 100 * float(pts["efficiency"].iloc[0]), "eff_te8_pct": 100 * float(pts["efficiency"].iloc[1])}
     return {k: (v if isinstance(v, str) else int(v) if isinstance(v, (int,)) and not isinstance(v, bool)
                 else float(v)) for k, v in out.items()}
+
+
+def _abs_err_pct(ratios) -> pd.Series:
+    return 100 * (pd.Series(ratios, dtype=float) - 1).abs()
+
+
+def throughput_summary(df: pd.DataFrame) -> dict:
+    """Errors of the throughput predictions of :func:`table` ``df``, before (the roofline with flat
+    efficiencies) and after (the published-cost model), and of the published-cost model with every run
+    serial (no overlap): medians and worst of ``|predicted / measured - 1|`` in %, how many predictions,
+    how many within 15 % and beyond 35 %, the worst measurement, and how many runs state an overlap."""
+    thr = df[df["group"] == "throughput"]
+    after, before = _abs_err_pct(thr["ratio"]), _abs_err_pct(thr["ratio_before"])
+    serial = {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(overlap=False)}
+    ser = _abs_err_pct([serial[i] for i in thr["id"]])
+    stated = [i for i in thr["id"] if throughput_setup(i).overlap]
+    ser_ov = _abs_err_pct([serial[i] for i in stated])
+    worst = thr["id"].iloc[int(after.to_numpy().argmax())]
+    return {"thr_n": len(thr), "thr_med_before": before.median(), "thr_worst_before": before.max(),
+            "thr_med_after": after.median(), "thr_worst_after": after.max(), "thr_worst_id": worst,
+            "thr_within15": int((after <= 15).sum()), "thr_beyond35": int((after > 35).sum()),
+            "thr_med_serial": ser.median(), "thr_worst_serial": ser.max(),
+            "thr_within15_serial": int((ser <= 15).sum()), "thr_n_overlap": len(stated),
+            "thr_med_overlap_serial": ser_ov.median() if len(stated) else 0.0,
+            "thr_med_overlap_after": _abs_err_pct(thr.set_index("id").loc[stated, "ratio"]).median()
+            if len(stated) else 0.0}
+
+
+def throughput_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The throughput rows of :func:`table` as the chapter shows them: measurement, card, phase, measured,
+    the roofline's prediction and ratio (before), the published-cost model's (after), and the cost tables
+    each prediction took its costs from (tokens/s per the measurement's scope)."""
+    thr = df[df["group"] == "throughput"]
+    phase = thr["quantity"].map({"prefill_throughput": "prefill", "decode_throughput": "decode"})
+    cards = [throughput_setup(i).card for i in thr["id"]]
+    return pd.DataFrame({
+        "measurement": thr["id"].to_numpy(), "card": cards, "phase": phase.to_numpy(),
+        "measured (tokens/s)": thr["measured"].to_numpy(float), "before (tokens/s)": thr["before"].to_numpy(float),
+        "before / measured": thr["ratio_before"].to_numpy(float), "after (tokens/s)": thr["predicted"].to_numpy(float),
+        "after / measured": thr["ratio"].to_numpy(float), "costs from": thr["costs_from"].to_numpy()})
+
+
+_CARRIED_HOW = {"GEMM": "as shares of the measured card's peak in its dtype and of its HBM bandwidth",
+                "MLA": "as a share of the measured card's peak (compute) or HBM bandwidth (memory)",
+                "MoE": "latency kept, bandwidth scaled by the cards' per-rank link bandwidth",
+                "TP": "latency kept, bandwidth scaled by the cards' link bandwidth",
+                "expert-load": "the published max/mean, taken for every card and EP size"}
+
+
+def throughput_conditions(df: pd.DataFrame) -> pd.DataFrame:
+    """Per throughput row of ``df``: the layout modelled, what was assumed where the source is silent, the
+    band the test holds the prediction to and why that band."""
+    thr = df[df["group"] == "throughput"]
+    return pd.DataFrame({
+        "measurement": thr["id"].to_numpy(), "layout": thr["layout"].to_numpy(),
+        "assumptions": thr["assumptions"].to_numpy(),
+        "band": [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(thr["band_low"], thr["band_high"])],
+        "why this band": thr["band_why"].to_numpy()})
+
+
+def carried_costs(df: pd.DataFrame) -> pd.DataFrame:
+    """Every cost the throughput predictions of ``df`` carried from another card or dtype: the component,
+    the card it is applied to, the card (and dtype) it was measured on, how it was carried, and how many
+    predictions use it."""
+    rows: dict = {}
+    ids = set(df["id"])
+    for p in predictions():
+        if p.id not in ids:
+            continue
+        card = throughput_setup(p.id).card if p.cost_sources else None
+        for s in p.cost_sources:
+            if not s.carried or s.measured_on == "none":
+                continue
+            key = (s.component, card, s.measured_on)
+            rows[key] = rows.get(key, 0) + 1
+    return pd.DataFrame([{"cost": c, "applied to": a, "measured on": m,
+                          "how": _CARRIED_HOW.get(c.split(" ")[0], ""), "predictions": n}
+                         for (c, a, m), n in sorted(rows.items())])
+
+
+#: Components of a published-cost step, in the order the per-card table shows them.
+_COMPONENTS = ("GEMM (dense)", "GEMM (grouped contiguous)", "GEMM (grouped masked)", "MLA attention, compute",
+               "MLA attention, memory", "MoE dispatch (normal)", "MoE dispatch (low latency)", "TP all-reduce")
+
+
+def card_cost_sources(cards=None) -> pd.DataFrame:
+    """Where each card preset takes each published cost from: one row per card, one column per component
+    (:data:`_COMPONENTS`), each cell the card and dtype measured and ``(carried)`` where it is not the card
+    itself. Read off DeepSeek-V3 prefill and decode steps on 32 cards with TP2 (every component appears;
+    the EP group crosses servers)."""
+    from pdcalc.hardware import card_names
+
+    rows = []
+    for card in cards or card_names():
+        c = get_card(card)
+        quant = "fp8" if "fp8" in c.flops_per_s else "w8a8"
+        found: dict = {}
+        for phase in ("prefill", "decode"):
+            st = throughput.step("deepseek-v3", card, tp=2, dp=16, ep=32, context=2048, concurrency=64,
+                                 phase=phase, quant=quant, costs="published")
+            for s in st.cost_sources:
+                if s.component in _COMPONENTS:
+                    found[s.component] = f"{s.measured_on}{' (carried)' if s.carried else ''}"
+        rows.append({"card": card, **{k: found.get(k, "") for k in _COMPONENTS}})
+    return pd.DataFrame(rows)
 
 
 def error_summary(df: pd.DataFrame) -> pd.DataFrame:
