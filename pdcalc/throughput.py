@@ -1257,8 +1257,10 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
         total = total + passes * t_mtp
         sources.append(CostSource("MTP acceptance", f"{mtp_steps} draft token(s)", "DeepSeek-V3 (report)",
                                   tuple(p.table_id for p in _costs().mtp_acceptance("DeepSeek-V3")),
-                                  acceptance != mtp_acceptance_default(),
-                                  f"acceptance {acceptance:.3g} per draft token, {acc:.3g} accepted per step"))
+                                  False, f"acceptance {acceptance:.3g} per draft token"
+                                  + ("" if acceptance == mtp_acceptance_default() else " (the run's own, not the "
+                                                                                      "report's)")
+                                  + f", {acc:.3g} accepted per step"))
     oh, src = overhead_seconds(layers, graph=graph)
     total = total + oh
     tally.parts["overhead"] = tally.zero + oh
@@ -1682,18 +1684,21 @@ def predict(run: PublishedRun, model="deepseek-v3", **efficiencies) -> StepTime:
 
 
 def compare_published(model="deepseek-v3", *, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU,
-                      comm_eff: float = DEFAULT_COMM_EFF, overlap: bool = True) -> pd.DataFrame:
+                      comm_eff: float = DEFAULT_COMM_EFF, overlap: bool = True,
+                      costs: str | None = None) -> pd.DataFrame:
     """Predicted vs published throughput per card, one row per :data:`PUBLISHED_RUNS` entry.
 
     Prefill measurements that include KV-cache hits count input tokens that were never computed; the
     prediction is scaled the same way (computed tokens / (1 - hit rate)). Both production systems overlap
     communication with computation (two micro-batches), hence ``overlap=True``. DeepSeek-R1 shares
-    DeepSeek-V3's architecture.
+    DeepSeek-V3's architecture. ``costs`` picks the cost model of :func:`step` (the efficiencies apply to
+    the roofline only); every registry throughput under its own conditions is in
+    :func:`pdcalc.validation.table`.
     """
     rows = []
     for run in PUBLISHED_RUNS:
         m = measurements.get(run.measurement)
-        st = predict(run, model, mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap)
+        st = predict(run, model, mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap, costs=costs)
         predicted = st.tokens_per_s_per_card / (1 - run.cache_hit)
         measured = measured_per_card(run)
         per_seq = run.context if run.phase == "prefill" else 1
