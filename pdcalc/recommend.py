@@ -323,6 +323,34 @@ def launch_script(p: Launch, d: Launch, model_path: str = "$MODEL_PATH") -> str:
     return "\n".join(lines)
 
 
+def colocated_script(setup: Setup, work: Workload, row, model_path: str = "$MODEL_PATH") -> str:
+    """The flags of a co-located layout (a row of :attr:`pdcalc.plan.Plan.aggregated`) as shell commands: one
+    ``vllm serve`` per instance, prefill and decode on the same cards with chunked prefill, no KV transfer.
+
+    ``--max-num-seqs`` = the sequences in flight per DP rank, rounded up; ``--max-num-batched-tokens`` = one
+    token per sequence plus the MTP draft's, plus the prompt chunk the planner admits per step (rounded up);
+    ``--max-model-len`` = prompt + output tokens."""
+    dp = int(row["size"]) // int(row["tp"])
+    spec_tokens = int(setup.mtp)
+    seqs = max(1, math.ceil(float(row["concurrency"]) / (int(row["instances"]) * dp) - 1e-9))
+    chunk = max(1, math.ceil(float(row["chunk_tokens"]) - 1e-9))
+    lines = [f"# {int(row['instances'])} instance{'s' if int(row['instances']) > 1 else ''} x {int(row['size'])} cards, "
+             f"prefill and decode on the same cards (chunked prefill), EP group = DP {dp} x TP {int(row['tp'])}",
+             f"vllm serve {model_path} \\",
+             f"  --data-parallel-size {dp} \\",
+             f"  --tensor-parallel-size {int(row['tp'])} \\",
+             "  --enable-expert-parallel \\",
+             "  --enable-chunked-prefill \\",
+             f"  --gpu-memory-utilization {setup.utilization:g} \\",
+             f"  --max-model-len {work.prompt_tokens + work.output_tokens} \\",
+             f"  --max-num-seqs {seqs} \\",
+             f"  --max-num-batched-tokens {seqs * (1 + spec_tokens) + chunk}"]
+    if spec_tokens:
+        lines[-1] += " \\"
+        lines.append(f"  --speculative-config '{json.dumps({'num_speculative_tokens': spec_tokens, 'method': 'mtp'})}'")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------ the recommendation
 @dataclass(frozen=True, eq=False)
 class Recommendation:
@@ -428,15 +456,33 @@ class Recommendation:
         ttft = f"TTFT at most {_ms(t.ttft_s)}" if t.ttft_s else "no TTFT target"
         return f"{load} of {w.prompt_tokens:,} prompt and {w.output_tokens:,} output tokens, {tpot}, {ttft}"
 
+    @property
+    def colocated_wins(self) -> bool:
+        """Whether the planner's best co-located layout beats every P/D split under the targets."""
+        return self.plan is not None and self.plan.winner == "aggregated" and self.aggregated is not None
+
+    @property
+    def answer_row(self) -> pd.Series | None:
+        """The row the recommendation runs: the co-located layout when it wins, else the best split."""
+        return self.aggregated if self.colocated_wins else self.best
+
+    @property
+    def answer_label(self) -> str:
+        return aggregated_label(self.aggregated) if self.colocated_wins else self.label
+
     def headline(self) -> str:
-        """The answer in one sentence: the split, its throughput per card and latencies, the article's."""
-        if not self.fits:
+        """The answer in one sentence: what to run (the P/D split, or the co-located layout when it wins), its
+        throughput per card and latencies, the article's."""
+        if not self.fits and not self.colocated_wins:
             return self.reason
-        b, s = self.best, self.setup
+        b, s = self.answer_row, self.setup
         used = (f"all {s.cards:,} cards" if int(b["cards"]) == s.cards
                 else f"{int(b['cards']):,} of the {s.cards:,} cards")
-        text = (f"run {self.label} on {used}: {b['tokens_per_s_per_card']:,.0f} output tokens/s per card, TPOT "
+        text = (f"run {self.answer_label} on {used}: {b['tokens_per_s_per_card']:,.0f} output tokens/s per card, TPOT "
                 f"{_ms(b['tpot_s'])}, TTFT {_ms(b['ttft_s'])}")
+        if self.colocated_wins and self.fits:
+            text += (f" (the best P/D split, {self.label}, gives {self.best['tokens_per_s_per_card']:,.0f} per "
+                     f"card)")
         a = self.published_row
         if a is not None:
             text += (f"; the article's {self.published.label} on {int(a['cards']):,} cards gives "
@@ -445,8 +491,9 @@ class Recommendation:
         return text
 
     def trade_off(self) -> str:
-        """The recommended split against the published one, in one or two sentences."""
-        a, b = self.published_row, self.best
+        """What the recommendation runs (:attr:`answer_row`) against the published deployment, in one or two
+        sentences."""
+        a, b = self.published_row, self.answer_row
         if a is None:
             return ""
         if b is None:
@@ -455,7 +502,8 @@ class Recommendation:
                     f"at a TPOT of {_ms(a['tpot_s'])}.")
         ratio = b["tokens_per_s_per_card"] / a["tokens_per_s_per_card"]
         cards = int(a["cards"]) - int(b["cards"])
-        text = (f"Per card the recommended split serves {ratio:.2f} times the article's output tokens/s "
+        what = "co-located layout" if self.colocated_wins else "split"
+        text = (f"Per card the recommended {what} serves {ratio:.2f} times the article's output tokens/s "
                 + (f"on {cards:,} fewer cards" if cards > 0 else f"on {-cards:,} more cards" if cards < 0
                    else "on as many cards")
                 + f"; in all it serves {b['output_tokens_per_s'] / a['output_tokens_per_s']:.2f} times the "
@@ -529,8 +577,23 @@ class Recommendation:
                          f"(registry {log.id})" if log else f"{role} weights are pdcalc's (no log of that layout)")
         return "; ".join(parts)
 
+    def launch_note(self) -> str:
+        """What the launch settings (:meth:`script`) are, in Markdown: the co-located layout's flags when it wins,
+        else both roles of the split."""
+        if self.colocated_wins:
+            return ("The co-located layout wins here, so one `vllm serve` per instance serves prefill and decode "
+                    "on the same cards, with chunked prefill and no KV transfer; `--enable-expert-parallel` makes the "
+                    "instance one EP group of DP x TP cards, `--max-num-seqs` is its sequences in flight per DP rank "
+                    "and `--max-num-batched-tokens` one token per sequence plus the MTP draft's, plus the prompt "
+                    "chunk the planner admits per step:")
+        return ("The flags of each role for `vllm serve`, the same on every DP rank of every instance of that role (the\ntutorial's `launch_online_dp.py` starts the ranks of a node); `--enable-expert-parallel` makes each instance one EP\ngroup of DP x TP cards, and the KV connector is the tutorial's, the P side producing and the D side consuming. The\nD side's `--max-num-seqs` is its sequences in flight per DP rank (within the rank's KV capacity) and its\n`--max-num-batched-tokens` one token per sequence plus the MTP draft's, as the tutorial sets them; the P side takes\none whole prompt per step, as the throughput model assumes, and holds as many prompts as its KV room while they wait\nfor the transfer:")
+
     def script(self, model_path: str = "$MODEL_PATH") -> str:
-        """The launch settings as shell lines (:func:`launch_script`), or the reason when nothing fits."""
+        """The launch settings as shell lines: the co-located layout's when it wins
+        (:func:`colocated_script`), else both roles of the split (:func:`launch_script`); the reason when
+        nothing fits."""
+        if self.colocated_wins:
+            return colocated_script(self.setup, self.workload, self.aggregated, model_path)
         return launch_script(*self.launch, model_path) if self.fits else f"# {self.reason}"
 
 

@@ -350,3 +350,21 @@ def test_memory_and_limits_tables_show_what_a_reader_reads(v4):
     lim = v4.limits()
     assert set(lim["constraint"]) <= set(R.CONSTRAINTS) and lim["slack (%)"].iloc[0] == pytest.approx(
         100 * v4.slack, abs=0.05)
+
+
+def test_when_colocation_wins_the_answer_and_the_flags_are_the_colocated_layout():
+    from pdcalc.plan import aggregated_label
+
+    cases = R.article_cases()
+    for rec in cases.values():
+        assert rec.colocated_wins == (rec.plan.winner == "aggregated")
+        script = rec.script()
+        if rec.colocated_wins:
+            assert rec.headline().startswith(f"run {aggregated_label(rec.aggregated)}")
+            assert f"the best P/D split, {rec.label}" in rec.headline()
+            assert "--enable-chunked-prefill" in script and "--kv-transfer-config" not in script
+            assert "co-located" in rec.launch_note()
+        else:
+            assert rec.headline().startswith(f"run {rec.label}")
+            assert "--kv-transfer-config" in script and "--enable-chunked-prefill" not in script
+    assert any(r.colocated_wins for r in cases.values()) and not all(r.colocated_wins for r in cases.values())
