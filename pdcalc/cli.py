@@ -23,6 +23,10 @@ from pdcalc import checks
 from pdcalc.checks import BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S
 from pdcalc.errors import PdcalcError
 
+#: KV cache layouts and formats the commands accept (pdcalc.kv_cache checks the pair for each model).
+ENGINE_CHOICES = ("reference", "vllm", "vllm-ascend")
+KV_DTYPES = ("auto", "bf16", "fp8", "fp8_ds_mla")
+
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (no usage block) and exit with status 2."""
@@ -159,6 +163,15 @@ def cmd_memory(args) -> int:
         "usable_bytes": b.usable_bytes, "usable_basis": f"{b.utilization} x {b.base_bytes:.0f} B visible",
         "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
     }
+    if args.context is not None:
+        from pdcalc.kv_cache import default_engine, kv_bytes, sequences_that_fit
+
+        engine = args.engine or default_engine(args.card)
+        r = kv_bytes(args.model, args.context, engine, include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)
+        out["kv"] = {"engine": engine, "kv_cache_dtype": args.kv_dtype or "auto", "context_tokens": args.context,
+                     "bytes_per_sequence": float(r.total_bytes),
+                     "sequences_that_fit": sequences_that_fit(b.kv_bytes, args.context, args.model, engine,
+                                                              include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)}
     if args.json:
         return _print_json(out, indent=2)
     layout = f"EP{w.ep} x TP{w.tp}" if w.ep else f"TP{w.tp}, no EP (every expert split over TP)"
@@ -170,15 +183,21 @@ def cmd_memory(args) -> int:
     print(f"  weights                     {w.total_bytes / GB:>10.3f} GB {w.total_bytes / GiB:>10.3f} GiB")
     print(f"  usable ({b.utilization} x visible) {b.usable_bytes / GB:>10.3f} GB {b.usable_bytes / GiB:>10.3f} GiB")
     print(f"  {b.verdict()}")
+    if "kv" in out:
+        kv = out["kv"]
+        print(f"  KV cache ({kv['engine']}, {kv['kv_cache_dtype']}): {kv['bytes_per_sequence'] / GiB:.3f} GiB per "
+              f"sequence of {kv['context_tokens']:,} tokens; {kv['sequences_that_fit']:,} such sequences fit")
     return 0
 
 
 def cmd_kv(args) -> int:
-    from pdcalc.kv_cache import kv_bytes
+    from pdcalc.kv_cache import default_engine, kv_bytes
 
-    r = kv_bytes(args.model, args.context, args.engine, include_mtp=args.mtp)
+    engine = args.engine or (default_engine(args.card) if args.card else "vllm-ascend")
+    r = kv_bytes(args.model, args.context, engine, include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)
     out = {
-        "model": args.model, "engine": r.engine, "context_tokens": int(r.context_tokens), "include_mtp": r.include_mtp,
+        "model": args.model, "engine": r.engine, "kv_cache_dtype": args.kv_dtype or "auto",
+        "context_tokens": int(r.context_tokens), "include_mtp": r.include_mtp,
         "block_size": r.block_size, "fixed_bytes": float(r.fixed_bytes),
         "per_token_bytes_asymptotic": float(r.per_token_bytes_asymptotic), "total_bytes": float(r.total_bytes),
         "per_token_bytes_average": float(r.per_token_bytes_average),
@@ -233,7 +252,7 @@ def cmd_plan(args) -> int:
         return None if values is None else tuple(dict.fromkeys(values))
 
     setup = Setup(model=args.model, quant=args.quant, card=args.card, cards=args.cards, mtp=args.mtp,
-                  engine=args.engine, utilization=args.utilization,
+                  engine=args.engine, kv_cache_dtype=args.kv_dtype, utilization=args.utilization,
                   bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tps(args.tp),
                   p_tp_options=tps(args.p_tp), d_tp_options=tps(args.d_tp), frontier_points=args.frontier_points)
     work = Workload(prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
@@ -349,13 +368,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="load the MTP module (speculative decoding); default: yes")
     sm.add_argument("--redundant", type=_int(0, MAX_CARDS), default=0, help="redundant expert copies per EP group")
     sm.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
+    sm.add_argument("--context", type=_int(1, MAX_TOKENS), default=None,
+                    help="also say how many sequences of this many tokens the KV room holds")
+    sm.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                    help="KV layout for --context (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
+    sm.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=cmd_memory)
 
     sk = sub.add_parser("kv", help="KV cache bytes per sequence as an engine stores it")
     sk.add_argument("model", type=_name)
     sk.add_argument("--context", type=_int(1, MAX_TOKENS), required=True, help="tokens in the cache")
-    sk.add_argument("--engine", default="vllm-ascend", help="reference, vllm or vllm-ascend")
+    sk.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                    help="KV layout (default: the --card's family's engine, else vllm-ascend)")
+    sk.add_argument("--card", type=_name, default=None, help="card whose family picks the engine")
+    sk.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
     sk.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="count the MTP layer's cache")
     sk.add_argument("--json", action="store_true")
     sk.set_defaults(func=cmd_kv)
@@ -389,7 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     spl.add_argument("--ttft-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time to first token")
     spl.add_argument("--tpot-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time per output token")
     spl.add_argument("--quant", default="w8a8")
-    spl.add_argument("--engine", default="vllm-ascend", help="KV layout: reference, vllm or vllm-ascend")
+    spl.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                     help="KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
+    spl.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
     spl.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="MTP module loaded")
     spl.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
     spl.add_argument("--bandwidth-gb-s", type=_num(*BANDWIDTH_GB_S, low_open=False), default=18.0, help="P -> D bandwidth per request, GB/s")

@@ -796,7 +796,7 @@ CONTEXT_LIMIT_TOKENS = 2**24
 
 def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | ModelConfig,
                        engine: str = "vllm-ascend", block_size: int | None = None, *,
-                       include_mtp: bool = True):
+                       include_mtp: bool = True, kv_cache_dtype: str | None = None):
     """How many sequences of ``context_tokens`` fit in a KV budget of ``kv_budget_bytes``.
 
     Each sequence takes whole pages per cache of each layer (paged engines) or its own buffer
@@ -814,7 +814,7 @@ def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | Mode
         fit) holds no sequence: the answer is 0, not an error.
     context_tokens : int or array of int
         Context of every sequence (>= 1).
-    model, engine, block_size, include_mtp
+    model, engine, block_size, include_mtp, kv_cache_dtype
         As in :func:`kv_bytes`; ``block_size=None`` takes the engine default (128 for vllm-ascend).
 
     Returns
@@ -828,7 +828,7 @@ def sequences_that_fit(kv_budget_bytes, context_tokens, model: str | Path | Mode
         raise LayoutError("the KV budget must be a finite number of bytes")
     budget = np.maximum(budget, 0.0)
     per_seq = np.asarray(kv_bytes(model, context_tokens, engine, include_mtp=include_mtp,
-                                  block_size=block_size).total_bytes)
+                                  block_size=block_size, kv_cache_dtype=kv_cache_dtype).total_bytes)
     n = np.floor(budget / per_seq).astype(np.int64)
     return int(n) if n.ndim == 0 else n
 

@@ -223,7 +223,9 @@ class Setup:
     mtp: bool = True                          # MTP module loaded (weights)
     utilization: float = 0.9                  # gpu-memory-utilization
     base: str = "visible"                     # memory utilisation applies to: "visible" or "installed"
-    engine: str = "vllm-ascend"               # KV layout (pdcalc.kv_cache.ENGINES)
+    engine: str | None = None                 # KV layout (pdcalc.kv_cache.ENGINES); None: the card's family's
+                                              # engine (pdcalc.kv_cache.default_engine: vLLM on NVIDIA, vllm-ascend on Ascend)
+    kv_cache_dtype: str | None = None         # the engine's KV cache format (kv_cache.kv_bytes); None: its default
     kv_bytes_per_token: float | None = None   # constant KV bytes per token instead of the engine layout
     p_overhead_bytes: float = 3.5e9           # activations + framework per P card
     d_overhead_bytes: float = 4.0e9           # activations + framework per D card
@@ -270,6 +272,10 @@ class Setup:
         put(self, "p_tp_options", _positive_ints("p_tp_options", self.p_tp_options, allow_none=True))
         put(self, "d_tp_options", _positive_ints("d_tp_options", self.d_tp_options, allow_none=True))
         put(self, "aggregated", boolean("aggregated", self.aggregated))
+        if self.engine is None:
+            from pdcalc.kv_cache import default_engine
+
+            put(self, "engine", default_engine(self.card))
         put(self, "frontier_points", integer("frontier_points", self.frontier_points, low=0,
                                              high=MAX_FRONTIER_POINTS))
         put(self, "sizes", _positive_ints("sizes", self.sizes, allow_none=True))
@@ -454,13 +460,27 @@ def seq_kv_bytes(setup: Setup, context) -> np.ndarray | float:
     """KV bytes of one sequence at ``context`` tokens under ``setup`` (engine layout or constant)."""
     if setup.kv_bytes_per_token is not None:
         return np.asarray(context, dtype=float) * setup.kv_bytes_per_token
-    return kv_bytes(setup.model, context, setup.engine, include_mtp=setup.mtp).total_bytes
+    return kv_bytes(setup.model, context, setup.engine, include_mtp=setup.mtp,
+                    kv_cache_dtype=setup.kv_cache_dtype).total_bytes
+
+
+@cache
+def _model_type(model) -> str:
+    return load_config(model).model_type
+
+
+def _kv_step_kwargs(setup: Setup) -> dict:
+    """The step's KV cache as the plan sizes it: DeepSeek-V4 reads its engine's layout; DeepSeek-V3 the
+    MLA cache at the plan's cache dtype's bytes per value (FP8: 1, else BF16: 2)."""
+    if _model_type(setup.model) == "deepseek_v4":
+        return {"engine": setup.engine}
+    return {"kv_bytes": 1.0} if setup.kv_cache_dtype in ("fp8", "fp8_ds_mla") else {}
 
 
 def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase):
     return tput.step(setup.model, setup.card, tp=side_tp, dp=size // side_tp, ep=size, context=context,
                      concurrency=concurrency, phase=phase, quant=setup.quant, mfu=setup.mfu, mbu=setup.mbu,
-                     comm_eff=setup.comm_eff, **setup.step_kwargs)
+                     comm_eff=setup.comm_eff, **{**_kv_step_kwargs(setup), **setup.step_kwargs})
 
 
 def _check_compute(setup: Setup) -> None:

@@ -113,7 +113,7 @@ def test_kv_v3_equals_published_mla_size():
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--context", "100", "--engine", "sglang"), "unknown"),
+    (("--context", "100", "--engine", "sglang"), "argument --engine: invalid choice: 'sglang'"),
     (("--context", "-5"), "context"),
 ])
 def test_kv_errors(args, message):
@@ -212,3 +212,30 @@ def test_throughput_and_plan_errors_are_one_line(args, message):
     out = run(*args)
     assert out.returncode == 2
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_kv_dtype_and_the_engine_of_the_cards_family():
+    from pdcalc.kv_cache import kv_bytes, sequences_that_fit
+
+    bf16 = json.loads(run("kv", "deepseek-v3", "--context", "4096", "--card", "h800", "--json").stdout)
+    fp8 = json.loads(run("kv", "deepseek-v3", "--context", "4096", "--card", "h800", "--kv-dtype", "fp8",
+                         "--json").stdout)
+    assert bf16["engine"] == fp8["engine"] == "vllm"                     # an NVIDIA card: vLLM's layout
+    assert fp8["per_token_bytes_asymptotic"] * 2 == bf16["per_token_bytes_asymptotic"]
+    assert json.loads(run("kv", "deepseek-v3", "--context", "4096", "--json").stdout)["engine"] == "vllm-ascend"
+    mem = json.loads(run("memory", "deepseek-v3", "--card", "h200", "--ep", "8", "--quant", "fp8", "--context", "32768",
+                         "--kv-dtype", "fp8", "--json").stdout)
+    assert mem["kv"]["engine"] == "vllm" and mem["kv"]["sequences_that_fit"] == sequences_that_fit(
+        mem["left_for_kv_bytes"], 32768, "deepseek-v3", "vllm", kv_cache_dtype="fp8")
+    assert mem["kv"]["bytes_per_sequence"] == kv_bytes("deepseek-v3", 32768, "vllm", kv_cache_dtype="fp8").total_bytes
+
+
+@pytest.mark.parametrize("args,message", [
+    (("kv", "deepseek-v3", "--context", "10", "--kv-dtype", "int3"), "argument --kv-dtype: invalid choice"),
+    (("kv", "deepseek-v4-flash", "--context", "10", "--kv-dtype", "fp8"), "kv_cache_dtype 'fp8' is not modelled"),
+    (("plan", "--card", "h800", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1", "--engine", "x"),
+     "argument --engine: invalid choice"),
+])
+def test_kv_flag_errors_are_one_line(args, message):
+    out = run(*args)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
