@@ -216,15 +216,25 @@ def cmd_kv(args) -> int:
 
 def cmd_throughput(args) -> int:
     from pdcalc import throughput as tput
+    from pdcalc.kv_cache import default_engine
+    from pdcalc.model import load_config
 
+    v4 = load_config(args.model).model_type == "deepseek_v4"
+    kv = ({"engine": args.engine or default_engine(args.card)} if v4
+          else {"kv_bytes": 1.0} if args.kv_dtype in ("fp8", "fp8_ds_mla") else {})
+    if v4 and args.kv_dtype not in (None, "auto"):
+        from pdcalc.kv_cache import engine_layout
+
+        engine_layout(kv["engine"], args.model, kv_cache_dtype=args.kv_dtype)  # one line if not modelled
     out = {"model": args.model, "card": args.card, "quant": args.quant, "tp": args.tp, "dp": args.dp,
-           "ep": args.ep, "context": args.context, "concurrency": args.concurrency,
+           "ep": args.ep, "context": args.context, "concurrency": args.concurrency, "costs": args.costs,
+           "kv": {"engine": kv.get("engine", "reference"), "kv_cache_dtype": args.kv_dtype or "auto"},
            "efficiencies": {"mfu": args.mfu, "mbu": args.mbu, "comm_eff": args.comm_eff, "overlap": args.overlap},
            "phases": {}}
     for phase in ("prefill", "decode"):
         st = tput.step(args.model, args.card, tp=args.tp, dp=args.dp, ep=args.ep, context=args.context,
                        concurrency=args.concurrency, phase=phase, quant=args.quant, mfu=args.mfu, mbu=args.mbu,
-                       comm_eff=args.comm_eff, overlap=args.overlap)
+                       comm_eff=args.comm_eff, overlap=args.overlap, costs=args.costs, **kv)
         out["phases"][phase] = {
             "step_s": float(st.time_s), "tokens_per_s": float(st.tokens_per_s),
             "tokens_per_s_per_card": float(st.tokens_per_s_per_card), "bound": str(st.bound),
@@ -400,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--mbu", type=_FRACTION, default=0.7, help="share of HBM bandwidth reached (assumption)")
     st.add_argument("--comm-eff", type=_FRACTION, default=0.7, help="share of link bandwidth reached (assumption)")
     st.add_argument("--overlap", action="store_true", help="communication hidden under compute")
+    st.add_argument("--costs", choices=("roofline", "published"), default="roofline",
+                    help="roofline with the flat efficiencies above, or kernel costs from published measurements "
+                         "(pdcalc/data/costs.toml)")
+    st.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                    help="DeepSeek-V4 KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
+    st.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_throughput)
 

@@ -239,3 +239,19 @@ def test_kv_dtype_and_the_engine_of_the_cards_family():
 def test_kv_flag_errors_are_one_line(args, message):
     out = run(*args)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_throughput_costs_engine_and_kv_dtype_flags():
+    from pdcalc import throughput as tput
+
+    base = ("throughput", "deepseek-v3", "--card", "h800", "--tp", "1", "--dp", "8", "--ep", "8", "--context", "4096",
+            "--concurrency", "128", "--quant", "fp8", "--json")
+    pub = json.loads(run(*base, "--costs", "published").stdout)
+    st = tput.step("deepseek-v3", "h800", tp=1, dp=8, ep=8, context=4096, concurrency=128, phase="decode",
+                   quant="fp8", costs="published")
+    assert pub["costs"] == "published" and pub["phases"]["decode"]["step_s"] == pytest.approx(float(st.time_s), rel=1e-12)
+    bf16, fp8 = (json.loads(run(*base, *k).stdout) for k in ((), ("--kv-dtype", "fp8")))
+    assert fp8["phases"]["decode"]["memory_s"] < bf16["phases"]["decode"]["memory_s"]   # half the cache bytes read
+    v4 = json.loads(run("throughput", "deepseek-v4-flash", "--card", "h200", "--tp", "1", "--dp", "8", "--ep", "8",
+                        "--context", "4096", "--concurrency", "128", "--quant", "fp8-fp4", "--json").stdout)
+    assert v4["kv"]["engine"] == "vllm"                                                 # an NVIDIA card
