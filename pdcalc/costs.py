@@ -20,12 +20,18 @@ kind                   dataclass                what a point gives
 ``overhead``           :class:`OverheadPoint`   per-step fixed costs (host gaps, graph-capture speedups)
 ``mtp_acceptance``     :class:`MtpPoint`        acceptance rate of speculative (MTP) tokens
 ``expert_imbalance``   :class:`ImbalancePoint`  routed-token imbalance across EP ranks or expert slots
+``overlap``            :class:`OverlapPoint`    what two-micro-batch overlap takes: SMs the communication
+                                                kernels hold, communication time alongside computation
 ====================== ======================== ==========================================================
 
 Efficiency of a compute point is ``achieved / peak``: the peak is the one the source states (``peak_flop_per_s``
 of the table) or else the card's dense peak for the point's dtype in ``hardware.toml``; where the source states
 the utilisation itself (``utilization_percent``), :attr:`GemmPoint.efficiency` returns that figure and
 :attr:`GemmPoint.derived_efficiency` the quotient.
+
+A point derived from published data rather than read from a text (a profiler trace) names the script that
+recomputes it (``derived_by``, a path of this repository); its ``quote`` is the line that script prints, and
+``tests/test_costs.py`` runs the script where the data is at hand.
 
 Communication fits: :func:`alpha_beta` fits ``t(s) = alpha + s / beta`` (a latency per call plus bytes over a
 bandwidth) to published (size, time) points. The fit minimises the squared *relative* residuals
@@ -74,9 +80,12 @@ UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (
 COUNT_KEYS = frozenset({
     "m", "n", "k", "groups", "m_per_group", "ep_size", "ep_nodes", "ep_per_node", "world_size", "batch_size",
     "heads", "s_q", "topk", "tokens_per_batch", "hidden", "top_k", "num_sms", "slots_per_rank",
+    "compute_sms", "comm_sms", "card_sms",
 })
+#: Counts that may be 0 (communication kernels that hold no SM).
+ZERO_KEYS = frozenset({"comm_sms"})
 
-KINDS = ("gemm", "mla", "dispatch", "allreduce", "overhead", "mtp_acceptance", "expert_imbalance")
+KINDS = ("gemm", "mla", "dispatch", "allreduce", "overhead", "mtp_acceptance", "expert_imbalance", "overlap")
 #: Kinds measured per card (the others describe a model or a routing pattern).
 CARD_KINDS = ("gemm", "mla", "dispatch", "allreduce", "overhead")
 
@@ -94,6 +103,7 @@ _NUMERIC: dict[str, frozenset] = {
     "overhead": frozenset({"batch_size", "speedup_x", "block_time_us", "idle_us"}),
     "mtp_acceptance": frozenset({"acceptance_low_percent", "acceptance_high_percent", "speedup_x"}),
     "expert_imbalance": frozenset({"slots_per_rank", "ep_size", "mean_tokens", "std_tokens", "imbalance_ratio"}),
+    "overlap": frozenset({"compute_sms", "comm_sms", "card_sms", "comm_kernel_us", "comm_alongside_us"}),
 }
 
 #: Qualifier keys each kind may carry, with their allowed values (None: any non-empty text).
@@ -111,6 +121,8 @@ _CHOICES: dict[str, dict[str, frozenset | None]] = {
     "overhead": {"what": None},
     "mtp_acceptance": {},
     "expert_imbalance": {"by": frozenset({"rank", "expert_slot"}), "eplb": frozenset({"none", "offline", "online"})},
+    "overlap": {"phase": frozenset({"prefill", "decode", "training"}),
+                "mode": frozenset({"normal", "low_latency"})},
 }
 
 #: Qualifiers a point of each kind must have once the table's values are inherited.
@@ -122,10 +134,12 @@ _REQUIRED_QUALIFIERS: dict[str, tuple[str, ...]] = {
     "overhead": ("what",),
     "mtp_acceptance": (),
     "expert_imbalance": ("by", "eplb"),
+    "overlap": ("phase", "mode"),
 }
 
 _TABLE_TEXT = ("id", "kind", "source", "quote", "conditions")
-_OPTIONAL_TEXT = ("card", "card_as_stated", "url", "commit", "notes", "model", "peak_source", "peak_quote")
+_OPTIONAL_TEXT = ("card", "card_as_stated", "url", "commit", "notes", "model", "peak_source", "peak_quote",
+                  "derived_by")
 #: Point keys that override the table's.
 _POINT_OVERRIDES = ("source", "url", "commit", "conditions", "notes")
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -177,6 +191,7 @@ class CostPoint:
     peak_quote: str | None
     conditions: str
     notes: str | None
+    derived_by: str | None = None  # script (repository path) that recomputes the point; its output is the quote
     printed: tuple = field(default=(), compare=False, repr=False)
 
 
@@ -340,8 +355,57 @@ class ImbalancePoint(CostPoint):
         return 1.0 + self.imbalance_ratio
 
 
+@dataclass(frozen=True, kw_only=True)
+class OverlapPoint(CostPoint):
+    """What two-micro-batch overlap of computation and communication takes on one card.
+
+    ``mode`` names the DeepEP kernels that communicate: ``"normal"`` kernels (prefill, training) run on SMs of
+    their own for the whole overlap, ``"low_latency"`` ones (decode) issue RDMA and free them. Of the card's
+    SMs, ``compute_sms`` run the computation and ``comm_sms`` the communication; ``comm_kernel_s`` is the
+    time communication kernels run and ``comm_alongside_s`` how much of it other kernels run too."""
+
+    phase: str                                        # "prefill", "decode" or "training"
+    mode: str                                         # DeepEP kernels: "normal" or "low_latency"
+    compute_sms: int | None = None
+    comm_sms: int | None = None
+    card_sms: int | None = None
+    comm_kernel_s: float | None = None
+    comm_alongside_s: float | None = None
+
+    @property
+    def sms(self) -> int | None:
+        """The card's SMs: ``card_sms`` where stated, else ``compute_sms + comm_sms``."""
+        if self.card_sms is not None:
+            return self.card_sms
+        if self.compute_sms is not None and self.comm_sms is not None:
+            return self.compute_sms + self.comm_sms
+        return None
+
+    @property
+    def comm_sm_share(self) -> float | None:
+        """Share of the card's SMs the communication kernels hold: ``comm_sms / sms``."""
+        if self.comm_sms is None or not self.sms:
+            return None
+        return self.comm_sms / self.sms
+
+    @property
+    def compute_slowdown(self) -> float | None:
+        """Time of a compute-bound kernel on the computation's SMs over its time on all of them:
+        ``sms / (sms - comm_sms)`` (its work spread over fewer SMs)."""
+        share = self.comm_sm_share
+        return None if share is None else 1.0 / (1.0 - share)
+
+    @property
+    def exposed_fraction(self) -> float | None:
+        """Share of the communication kernels' time no other kernel runs alongside."""
+        if self.comm_kernel_s is None or self.comm_alongside_s is None:
+            return None
+        return 1.0 - self.comm_alongside_s / self.comm_kernel_s
+
+
 _CLASSES = {"gemm": GemmPoint, "mla": MlaPoint, "dispatch": DispatchPoint, "allreduce": AllreducePoint,
-            "overhead": OverheadPoint, "mtp_acceptance": MtpPoint, "expert_imbalance": ImbalancePoint}
+            "overhead": OverheadPoint, "mtp_acceptance": MtpPoint, "expert_imbalance": ImbalancePoint,
+            "overlap": OverlapPoint}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -461,6 +525,10 @@ def _table_points(raw, source: str, known_cards: frozenset, number_in_text) -> l
                           f"{', '.join(sorted(known_cards))}")
     if "commit" in raw and not _COMMIT.fullmatch(raw["commit"]):
         raise bad("commit", "expected 40 lowercase hex digits")
+    if "derived_by" in raw and not re.fullmatch(r"tools/[A-Za-z0-9_]+\.py", raw["derived_by"]):
+        raise bad("derived_by", "expected a script of this repository, tools/<name>.py")
+    if "derived_by" in raw and "commit" not in raw:
+        raise bad("commit", "a derived figure needs the commit of the data it is derived from")
     if any(_is_peak_key(k) for k in raw) and "peak_quote" not in raw:
         raise bad("peak_quote", "a table with peak_* values needs the text they are read from")
     numeric, choices = _NUMERIC[kind], _CHOICES[kind]
@@ -512,7 +580,7 @@ def _values(raw: dict, numeric: frozenset, choices: dict, bad) -> dict:
     values = {}
     for key, value in raw.items():
         if key in numeric:
-            if not _positive_number(value):
+            if not (_positive_number(value) or (key in ZERO_KEYS and value == 0 and type(value) is int)):
                 raise bad(key, f"expected a positive number, got {value!r}")
             if key in COUNT_KEYS and (not isinstance(value, int) or isinstance(value, bool)):
                 raise bad(key, f"expected an integer count, got {value!r}")
@@ -539,6 +607,7 @@ def _build(kind, pid, tid, raw, row, table_values, point_values, pbad):
         commit=row.get("commit", raw.get("commit") if "url" not in row else None), quote=row["quote"],
         table_quote=raw["quote"], peak_quote=raw.get("peak_quote"),
         conditions=row.get("conditions", raw["conditions"]), notes=row.get("notes", raw.get("notes")),
+        derived_by=raw.get("derived_by"),
         printed=tuple([(k, v, "peak" if _is_peak_key(k) else "table") for k, v in table_values.items()
                        if k in _NUMERIC[kind] and k not in point_values]
                       + [(k, v, "point") for k, v in point_values.items() if k in _NUMERIC[kind]]),
@@ -569,6 +638,16 @@ def _build(kind, pid, tid, raw, row, table_values, point_values, pbad):
             raise pbad("time_us", "a time needs its message size, and a size its time")
     if kind == "expert_imbalance" and "imbalance_ratio" not in kwargs:
         raise pbad("imbalance_ratio", "missing")
+    if kind == "overlap":
+        if kwargs.get("comm_sms") is None and kwargs.get("comm_kernel_s") is None:
+            raise pbad("comm_sms", "an overlap point needs the communication's SMs or its kernel time")
+        if (kwargs.get("comm_kernel_s") is None) != (kwargs.get("comm_alongside_s") is None):
+            raise pbad("comm_alongside_us", "a communication time needs the time alongside computation, and back")
+        if kwargs.get("comm_alongside_s", 0) > kwargs.get("comm_kernel_s", math.inf):
+            raise pbad("comm_alongside_us", "more time alongside computation than the communication ran")
+        parts = [kwargs.get(k) for k in ("compute_sms", "comm_sms", "card_sms")]
+        if None not in parts and parts[0] + parts[1] > parts[2]:
+            raise pbad("card_sms", f"compute and communication SMs ({parts[0]} + {parts[1]}) exceed the card's")
     names = {f.name for f in fields(cls)}
     unknown = set(kwargs) - names
     if unknown:  # a qualifier the dataclass does not carry (e.g. gemm 'kv_dtype'): a data-model error
@@ -682,6 +761,17 @@ def expert_imbalance(by: str | None = None, *, eplb: str | None = None,
     _check_choice("expert_imbalance", "by", by)
     _check_choice("expert_imbalance", "eplb", eplb)
     return tuple(p for p in points("expert_imbalance", path) if by in (None, p.by) and eplb in (None, p.eplb))
+
+
+def overlap(card: str | None = None, phase: str | None = None, *, mode: str | None = None,
+            path: str | Path | None = None) -> tuple[OverlapPoint, ...]:
+    """Published two-micro-batch overlap points (of one ``card``, ``phase`` and DeepEP ``mode``, or all)."""
+    if card is not None:
+        _check_card(card, path)
+    _check_choice("overlap", "phase", phase)
+    _check_choice("overlap", "mode", mode)
+    return tuple(p for p in points("overlap", path) if card in (None, p.card) and phase in (None, p.phase)
+                 and mode in (None, p.mode))
 
 
 def missing(path: str | Path | None = None) -> tuple[Gap, ...]:

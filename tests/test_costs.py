@@ -309,4 +309,134 @@ def test_finite_positive_si_values():
     for p in POINTS:
         for key, _, _ in p.printed:
             v = getattr(p, C.si_name(key))
-            assert math.isfinite(v) and v > 0
+            assert math.isfinite(v) and (v > 0 or (key in C.ZERO_KEYS and v == 0)), (p.id, key)
+
+
+# ------------------------------------------------------------------------------------------ overlap
+def test_overlap_sms_of_deepseeks_prefill_and_decode():
+    pre = C.overlap("h800", "prefill", mode="normal")[0]
+    assert pre.table_id == "deepseek-profile-prefill-overlap"
+    assert (pre.compute_sms, pre.comm_sms, pre.sms) == (108, 24, 132)
+    assert pre.comm_sm_share == pytest.approx(24 / 132) and pre.compute_slowdown == pytest.approx(132 / 108)
+    (dec,) = C.overlap("h800", "decode")
+    assert (dec.compute_sms, dec.comm_sms, dec.mode) == (132, 0, "low_latency")
+    assert dec.comm_sm_share == 0 and dec.compute_slowdown == 1
+    # DeepEP's normal-kernel table was measured on the 24 SMs the prefill overlap gives its communication
+    (test,) = [p for p in C.overlap("h800", "prefill") if p.table_id == "deepep-v1-normal-test-sms"]
+    assert test.comm_sms == pre.comm_sms and test.compute_slowdown is None
+    # the card's 132 SMs, as the figure's two rows add up, the V3 report states and the trace's device reports
+    assert pre.sms == dec.sms == C.overlap("h800", "training")[0].sms == 132
+
+
+def test_the_training_trace_agrees_with_the_report():
+    report, trace = (next(p for p in C.overlap("h800", "training") if p.table_id == t)
+                     for t in ("deepseek-v3-report-comm-sms", "deepseek-profile-train-trace"))
+    assert trace.comm_sms == report.comm_sms == 20                 # 20 of 132 SMs, as §3.5.1 says
+    assert trace.compute_sms + trace.comm_sms == trace.card_sms == 132
+    assert trace.derived_by == "tools/overlap_trace.py" and trace.commit
+    assert trace.exposed_fraction == pytest.approx(1 - 109250 / 113440)
+    assert 0 < trace.exposed_fraction < 0.05
+    assert report.exposed_fraction is None and report.compute_sms is None
+
+
+def test_overlap_lookup_refuses_unknown_names():
+    with pytest.raises(UnknownNameError, match="unknown phase"):
+        C.overlap(phase="serving")
+    with pytest.raises(UnknownNameError, match="unknown mode"):
+        C.overlap(mode="fast")
+
+
+# ------------------------------------------------------------------------------------------ derived points
+ROOT = Path(__file__).resolve().parents[1]
+DERIVED = [p for p in POINTS if p.derived_by]
+sys.path.insert(0, str(ROOT / "tools"))
+import overlap_trace  # noqa: E402
+
+
+def test_derived_points_name_a_script_of_the_repository():
+    assert DERIVED
+    for p in DERIVED:
+        assert (ROOT / p.derived_by).is_file(), p.derived_by
+        assert p.commit and p.url and p.commit in p.url
+
+
+@pytest.mark.parametrize("p", DERIVED, ids=lambda p: p.id)
+def test_derived_point_is_what_its_script_prints(p):
+    """Where the published data is at hand (PDCALC_PROFILE_DATA: a folder with train.json, fetched from
+    deepseek-ai/profile-data at the point's commit), the script's output is the recorded quote."""
+    import os
+
+    folder = os.environ.get("PDCALC_PROFILE_DATA")
+    trace = Path(folder) / "train.json" if folder else None
+    if trace is None or not trace.is_file():
+        pytest.skip("the trace is not at hand (set PDCALC_PROFILE_DATA to a folder with train.json)")
+    out = subprocess.run([sys.executable, str(ROOT / p.derived_by), str(trace)], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == p.quote
+
+
+def _trace(gemm_grid=(112, 1, 1), comm_grid=(20, 1, 1)):
+    def k(name, ts, dur, grid):
+        return {"cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"device": 0, "grid": list(grid)}}
+    return {"deviceProperties": [{"name": "NVIDIA H800", "numSms": 132}],
+            "distributedInfo": {"rank": 0, "world_size": 64},
+            "traceEvents": [
+                k("void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8::GemmKernel>", 0, 100, gemm_grid),
+                k("void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8::GemmKernel>", 150, 50, gemm_grid),
+                k("void dpsk::ep::internode::dispatch<false, 8>", 50, 80, comm_grid),   # 50 us alongside
+                k("void dpsk::ep::internode::combine<false, 8>", 180, 40, comm_grid),   # 20 of 40 alongside
+                k("void dpsk::ep::internode::cached_notify<false>", 190, 10, (9, 1, 1)),  # inside the combine
+                {"cat": "cpu_op", "name": "aten::empty", "ts": 0, "dur": 500}]}
+
+
+def test_the_trace_script_measures_blocks_and_overlap():
+    m = overlap_trace.measure(_trace())
+    assert (m["sms"], m["gemm_blocks"], m["comm_blocks"]) == (132, 112, 20)
+    assert (m["comm_us"], m["comm_alongside_us"]) == (120, 70)
+    assert overlap_trace.line(m).startswith("train.json (rank 0 of 64, NVIDIA H800, 132 SMs)")
+    with pytest.raises(ValueError, match="one block count"):
+        bad = _trace()
+        bad["traceEvents"][1]["args"]["grid"] = [132, 1, 1]
+        overlap_trace.measure(bad)
+    assert overlap_trace.blob_id(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"   # git's empty blob
+
+
+def test_the_trace_script_refuses_another_file(tmp_path):
+    f = tmp_path / "train.json"
+    f.write_text("{}", encoding="utf-8")
+    assert overlap_trace.main([str(f)]) == 1
+
+
+OVERLAP_GOOD = GOOD.replace('''kind = "gemm"
+card = "h800"
+dtype = "fp8"
+operation = "dense"''', '''kind = "overlap"
+card = "h800"
+phase = "prefill"
+mode = "normal"''').replace('''{ m = 64, achieved_tflop_per_s = 206, quote = "| 64 | 206 TFLOPS |" }''',
+                                '''{ compute_sms = 108, comm_sms = 24, quote = "108 SMs and 24 SMs" }''')
+
+
+def test_a_good_overlap_file_loads(tmp_path):
+    (p,) = C.load(_write(tmp_path, OVERLAP_GOOD)).points
+    assert p.compute_slowdown == pytest.approx(132 / 108)
+
+
+@pytest.mark.parametrize("edit, field_, message", [
+    (("comm_sms = 24", "comm_sms = -1"), "comm_sms", "positive number"),
+    (("compute_sms = 108", "compute_sms = 0"), "compute_sms", "positive number"),
+    (("compute_sms = 108, comm_sms = 24,", "compute_sms = 108,"), "comm_sms", "needs the communication"),
+    (('comm_sms = 24, quote = "108 SMs and 24 SMs"', 'comm_sms = 24, card_sms = 100, quote = "108 SMs and 24 SMs of 100"'),
+     "card_sms", "exceed the card's"),
+    (('mode = "normal"', 'mode = "fast"'), "mode", "expected one of"),
+    (('conditions = "as stated"', 'conditions = "as stated"\nderived_by = "tools/x.py"'), "commit",
+     "derived figure needs the commit"),
+    (('conditions = "as stated"', 'conditions = "as stated"\nderived_by = "/tmp/x.py"'), "derived_by",
+     "script of this repository"),
+])
+def test_malformed_overlap_points(tmp_path, edit, field_, message):
+    old, new = edit
+    assert old in OVERLAP_GOOD
+    with pytest.raises(ConfigError) as exc:
+        C.load(_write(tmp_path, OVERLAP_GOOD.replace(old, new, 1)))
+    assert exc.value.field == field_ and message in str(exc.value)
