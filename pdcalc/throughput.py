@@ -44,13 +44,14 @@ Two cost models (``costs``): ``"roofline"``, the formulas above with flat assume
 the published kernel tables of ``pdcalc/data/costs.toml`` (:mod:`pdcalc.costs`): DeepGEMM's GEMM ceilings
 by shape, FlashMLA/AMLA attention ceilings, DeepEP alpha-beta per message, an NCCL all-reduce fit, with MTP
 speculative decoding, EPLB imbalance and DeepSeek's two-micro-batch overlap as parameters
-(:func:`step`). A card without a figure of its own carries its maker's measured card's, said in
-``StepTime.cost_sources``.
+(:func:`step`; under overlap the computation loses the SMs DeepSeek's profile gives the communication,
+:func:`overlap_compute_slowdown`). A card without a figure of its own carries its maker's measured card's,
+said in ``StepTime.cost_sources``.
 
 Not modelled: elementwise kernels (norms, activations, quantisation, routing) and their activation
-traffic, kernel launch latency under graph capture, compute and communication slowing each other when
-overlapped; the MTP module's weights and KV cache in memory; prefix-cache hits; DeepSeek-V4's compressor
-pooling, compressor-state reads and mHC mixing beyond its parameters.
+traffic, kernel launch latency under graph capture, communication slowed by the computation it overlaps
+(no published figure sizes it); the MTP module's weights and KV cache in memory; prefix-cache hits;
+DeepSeek-V4's compressor pooling, compressor-state reads and mHC mixing beyond its parameters.
 
 Sources: DeepSeek-V3 ``inference/model.py`` (``MLA.forward``: ``attn_impl = "naive"`` expands the
 latent into per-head keys and values, ``"absorb"`` scores queries against the latent cache itself;
@@ -106,6 +107,11 @@ DEFAULT_DISPATCH_BYTES = 1.0       # DeepEP dispatch: FP8 hidden state (as pdcal
 DEFAULT_COMBINE_BYTES = 2.0        # DeepEP combine: BF16 expert output (as pdcalc.parallel.dispatch)
 DEFAULT_KV_BYTES = 2.0             # BF16 latent + RoPE key cache (reference MLA.__init__)
 DEFAULT_V4_ENGINE = "vllm-ascend"  # engine whose KV layout a DeepSeek-V4 step reads (pdcalc.kv_cache)
+#: How the published-cost step overlaps two micro-batches: "published", computation on the SMs DeepSeek's
+#: profile leaves it (:func:`overlap_compute_slowdown`); "ideal", communication and computation never slow
+#: each other (for comparison).
+OVERLAP_MODELS = ("published", "ideal")
+DEFAULT_OVERLAP_MODEL = "published"
 MODEL_TYPES = ("deepseek_v3", "deepseek_v4")
 
 
@@ -995,6 +1001,47 @@ def imbalance_factor(eplb: bool | None, *, experts_per_rank: float = 8.0, ep: in
                                   (p.table_id,), True, note + "; carried to every card and EP size")
 
 
+#: Phase of DeepSeek's profile whose overlap figure times each DeepEP mode.
+_OVERLAP_PHASE = {"normal": "prefill", "low_latency": "decode"}
+
+
+def overlap_compute_slowdown(card, mode: str, overlap_model: str = DEFAULT_OVERLAP_MODEL) -> tuple[float, CostSource]:
+    """Factor on the compute-bound kernel time of a layer whose two micro-batches overlap computation with
+    DeepEP ``mode`` communication, and its source.
+
+    DeepSeek's profile gives the communication of its prefill (DeepEP normal kernels) 24 of the H800's 132
+    SMs and the computation the other 108; its decode communication (low-latency kernels) holds none
+    (``pdcalc/data/costs.toml``, tables ``deepseek-profile-prefill-overlap`` and
+    ``deepseek-profile-decode-overlap``). A compute-bound kernel spreads the same work over fewer SMs:
+
+    .. math:: k = \\frac{N_\\text{SM}}{N_\\text{SM} - N_\\text{comm}} = \\frac{132}{108} \\;(\\text{normal}),
+       \\qquad k = 1 \\;(\\text{low latency})
+
+    for the whole overlapped layer, not only while a message is in flight: DeepSeek's training trace
+    (``deepseek-profile-train-trace``) launches its GEMMs on 132 - 20 = 112 thread blocks throughout.
+    Memory-bound kernels keep their time (the V3 report: the SMs given to communication "limit the
+    computational throughput"). Other cards carry the H800's share of SMs to their own compute units.
+    ``overlap_model="ideal"`` gives 1 (the computation keeps every SM)."""
+    if overlap_model not in OVERLAP_MODELS:
+        raise UnknownNameError("overlap model", overlap_model, OVERLAP_MODELS)
+    c = card if isinstance(card, Card) else get_card(card)
+    if overlap_model == "ideal":
+        return 1.0, CostSource("two-micro-batch overlap", c.name, "none", (), False,
+                               "ideal overlap: computation keeps every SM, communication hidden up to the other "
+                               "micro-batch's computation")
+    phase = _OVERLAP_PHASE[mode]
+    (p,) = [q for q in _costs().overlap(phase=phase, mode=mode) if q.compute_sms is not None
+            and q.comm_sms is not None and q.table_id.startswith("deepseek-profile")]
+    carried = c.name != p.card
+    k = p.compute_slowdown
+    note = (f"{p.comm_sms} of {p.sms} SMs to communication (DeepEP {mode.replace('_', '-')} kernels) in DeepSeek's "
+            f"{phase} profile: compute-bound kernels of the overlapped layers x{k:.4g}")
+    if carried and p.comm_sms:
+        note += f"; the share ({p.comm_sm_share:.3g}) carried to {c.name}'s compute units"
+    return float(k), CostSource("two-micro-batch overlap", c.name, p.card, (p.table_id,), carried and bool(p.comm_sms),
+                                note)
+
+
 def overhead_seconds(layers: int, *, graph: bool) -> tuple[float, CostSource]:
     """Fixed host time per step. Under graph capture (CUDA graphs, Ascend graph mode) no per-step figure is
     published: none is added. Eager decode adds the host gap per transformer block published for the
@@ -1110,10 +1157,15 @@ class _Tally:
         self.comm_bytes = self.comm_bytes + times * nbytes
         self.parts[part] = self.parts.get(part, self.zero) + times * t
 
+    def slowed(self, part, t, times=1.0):
+        """Compute-bound kernel time added by fewer SMs (no FLOPs or bytes of its own)."""
+        self.compute = self.compute + times * t
+        self.parts[part] = self.parts.get(part, self.zero) + times * t
+
 
 def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S, phase, lin_dtype, p_lin,
-                    attn_dtype, kv_bytes, engine, overlap, mtp_steps, acceptance, eplb, redundant, graph,
-                    act_bytes, allreduces, dispatch_dtype, combine_dtype):
+                    attn_dtype, kv_bytes, engine, overlap, overlap_model, mtp_steps, acceptance, eplb, redundant,
+                    graph, act_bytes, allreduces, dispatch_dtype, combine_dtype):
     """The step of :func:`step` with ``costs="published"``: see its docstring."""
     sources: list = []
     kinds, head, _ = _gemm_plan(model, quant, tp, ep, redundant)
@@ -1165,11 +1217,14 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
 
     def layer_segments(tally, kind: _LayerKind, x, S_x, times, share):
         """Attention and FFN segment times and dispatch/combine of one layer of ``kind`` for a fraction
-        ``x`` of the step's tokens (one micro-batch: 0.5), booked ``times`` times."""
+        ``x`` of the step's tokens (one micro-batch: 0.5), booked ``times`` times; with the compute-bound
+        part of each segment's kernel time."""
         T_r = x * S_x * q_per_seq / dp            # tokens of one TP rank
         T_all = x * S_x * q_per_seq               # tokens of the deployment
+        c0 = tally.compute
         a = sum(gemm(tally, "attention GEMMs", g, T_r, None, times) for g in kind.attn)
         a = a + attn_core(tally, x * S_x / dp, T_r, times, share)
+        c1 = tally.compute
         f = 0.0
         for g in kind.ffn:
             if g.routed:
@@ -1178,6 +1233,7 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
                 f = f + gemm(tally, "routed experts", g, pairs, hit_tokens, times)
             else:
                 f = f + gemm(tally, "dense FFN and shared experts", g, T_r, None, times)
+        c2 = tally.compute
         if tp > 1:
             ar = allreduce_seconds(c, payload_bytes=T_r * s.hidden * act_bytes, tp=tp)
             n_ar = max(allreduces, 1)
@@ -1197,23 +1253,29 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
                                                           imbalance=rho)
             tally.message("MoE dispatch", d, bd, times)
             tally.message("MoE combine", e, be, times)
-        return a, f, d, e
+        return a, f, d, e, (c1 - c0) / times, (c2 - c1) / times
 
     shape = np.broadcast(L, S).shape
     tally = _Tally(shape)
     total = np.zeros(shape)
+    k_sm, ov_src = overlap_compute_slowdown(c, mode, overlap_model) if overlap and ep_on else (1.0, None)
     for kind in kinds:
         share = 1.0 / layers
         if overlap:
-            a, f, d, e = layer_segments(tally, kind, 0.5, S, 2 * kind.count, share)
+            a, f, d, e, a_c, f_c = layer_segments(tally, kind, 0.5, S, 2 * kind.count, share)
             if kind.moe and ep_on:
+                # computation on the SMs the communication leaves it: compute-bound time x k_sm
+                a, f = a + (k_sm - 1) * a_c, f + (k_sm - 1) * f_c
+                tally.slowed("SMs held by communication", (k_sm - 1) * (a_c + f_c), 2 * kind.count)
                 per = (np.maximum(a, d) + np.maximum(f, d) + np.maximum(f, e) + np.maximum(a, e))
             else:
                 per = 2 * (a + f)
         else:
-            a, f, d, e = layer_segments(tally, kind, 1.0, S, kind.count, share)
+            a, f, d, e, _, _ = layer_segments(tally, kind, 1.0, S, kind.count, share)
             per = a + f + d + e
         total = total + kind.count * per
+    if ov_src is not None:
+        sources.append(ov_src)
     # output head: logits of the last position of each prompt, of every verified token in decode
     rows_head = S / dp if prefill else S * q_per_seq / dp
     parts = 2 if overlap else 1
@@ -1347,7 +1409,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
          dispatch_bytes: float = DEFAULT_DISPATCH_BYTES, combine_bytes: float = DEFAULT_COMBINE_BYTES,
          engine: str | None = None, costs: str | None = None, mtp_steps: int = 0,
          mtp_acceptance: float | None = None, eplb: bool | None = None, redundant_experts: int = 0,
-         graph: bool = True) -> StepTime:
+         graph: bool = True, overlap_model: str | None = None) -> StepTime:
     """Time and throughput of one step of ``model`` on ``tp x dp`` cards of ``card``.
 
     Parameters
@@ -1390,6 +1452,10 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     graph
         Graph capture (CUDA graphs, Ascend graph mode): no per-step host overhead; ``False`` adds the
         published eager host gap (published costs only).
+    overlap_model
+        Published costs with ``overlap``: ``"published"`` (the default, :data:`DEFAULT_OVERLAP_MODEL`), the
+        computation on the SMs DeepSeek's profile leaves it (:func:`overlap_compute_slowdown`); ``"ideal"``,
+        computation and communication never slow each other (for comparison). Unused by the roofline.
 
     Published costs (``costs="published"``). Each layer is timed kernel by kernel: every (fused) GEMM of
     the inventory at the slower of its two published ceilings (:func:`gemm_seconds`; grouped contiguous in
@@ -1408,12 +1474,17 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
 
     with primes for one micro-batch of half the sequences (each reads the weights again): the schedule of
     DeepSeek's overlap, where the dispatch of one micro-batch runs under the other's attention and FFN and
-    its combine under the other's FFN and next attention. The overlap is ideal: compute and communication
-    are taken not to slow each other. The step adds the output head, the MTP draft passes (``d`` passes of
-    the MTP module's projection, layer and head) and the host overhead. Where a card has no published
-    figure, the one of its maker's measured card (or the H800) is carried as a share of peak or scaled by
-    link bandwidth; ``StepTime.cost_sources`` says which, and ``StepTime.breakdown`` gives seconds by
-    component.
+    its combine under the other's FFN and next attention. Each communication is hidden up to the other
+    micro-batch's computation; the rest is exposed. In the MoE layers the computation runs on the SMs the
+    communication leaves it (DeepSeek's profile: 108 of the H800's 132 while DeepEP's normal kernels hold 24
+    in prefill, all 132 in decode, where the low-latency kernels hold none), so the compute-bound kernel time
+    of ``a'`` and ``f'`` is taken ``k = 132 / 108`` times in prefill (:func:`overlap_compute_slowdown`;
+    ``overlap_model="ideal"``: ``k = 1``). Communication is taken at its unit-test speed (DeepEP's
+    normal-kernel table was measured on the same 24 SMs). The step adds the output head, the MTP draft
+    passes (``d`` passes of the MTP module's projection, layer and head) and the host overhead. Where a
+    card has no published figure, the one of its maker's measured card (or the H800) is carried as a share
+    of peak or scaled by link bandwidth; ``StepTime.cost_sources`` says which (the overlap's figure
+    included), and ``StepTime.breakdown`` gives seconds by component.
 
     Per card, with ``T = concurrency x tokens per sequence`` tokens over ``n = tp x dp`` cards, ``T_r = T / dp``
     per rank, ``T_g`` tokens per EP group and ``t = tp``:
@@ -1477,6 +1548,9 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     for name, v in (("overlap", overlap), ("graph", graph)):
         if not isinstance(v, bool):
             raise LayoutError(f"{name} must be True or False, got {v!r}")
+    overlap_model = DEFAULT_OVERLAP_MODEL if overlap_model is None else overlap_model
+    if overlap_model not in OVERLAP_MODELS:
+        raise UnknownNameError("overlap model", overlap_model, OVERLAP_MODELS)
     if eplb is not None and not isinstance(eplb, bool):
         raise LayoutError(f"eplb must be True, False or None, got {eplb!r}")
     acceptance = mtp_acceptance_default() if (mtp_steps and mtp_acceptance is None) else (mtp_acceptance or 0.0)
@@ -1513,7 +1587,8 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         dtype_of = {1.0: "fp8", 2.0: "bf16"}
         r = _published_step(model, s, c, quant=quant, tp=tp, dp=dp, ep=ep, cards=cards, L=L, S=S, phase=phase,
                             lin_dtype=lin_dtype, p_lin=p_lin, attn_dtype=attn_dtype, kv_bytes=kv_bytes,
-                            engine=engine, overlap=overlap, mtp_steps=mtp_steps, acceptance=acceptance, eplb=eplb,
+                            engine=engine, overlap=overlap, overlap_model=overlap_model, mtp_steps=mtp_steps,
+                            acceptance=acceptance, eplb=eplb,
                             redundant=redundant_experts, graph=graph, act_bytes=act_bytes,
                             allreduces=allreduces_per_layer, dispatch_dtype=dtype_of.get(dispatch_bytes, "bf16"),
                             combine_dtype=dtype_of.get(combine_bytes, "bf16"))
@@ -1685,20 +1760,21 @@ def predict(run: PublishedRun, model="deepseek-v3", **efficiencies) -> StepTime:
 
 def compare_published(model="deepseek-v3", *, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU,
                       comm_eff: float = DEFAULT_COMM_EFF, overlap: bool = True,
-                      costs: str | None = None) -> pd.DataFrame:
+                      costs: str | None = None, overlap_model: str | None = None) -> pd.DataFrame:
     """Predicted vs published throughput per card, one row per :data:`PUBLISHED_RUNS` entry.
 
     Prefill measurements that include KV-cache hits count input tokens that were never computed; the
     prediction is scaled the same way (computed tokens / (1 - hit rate)). Both production systems overlap
     communication with computation (two micro-batches), hence ``overlap=True``. DeepSeek-R1 shares
     DeepSeek-V3's architecture. ``costs`` picks the cost model of :func:`step` (the efficiencies apply to
-    the roofline only); every registry throughput under its own conditions is in
-    :func:`pdcalc.validation.table`.
+    the roofline only, ``overlap_model`` to the published costs); every registry throughput under its own
+    conditions is in :func:`pdcalc.validation.table`.
     """
     rows = []
     for run in PUBLISHED_RUNS:
         m = measurements.get(run.measurement)
-        st = predict(run, model, mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap, costs=costs)
+        st = predict(run, model, mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap, costs=costs,
+                     overlap_model=overlap_model)
         predicted = st.tokens_per_s_per_card / (1 - run.cache_hit)
         measured = measured_per_card(run)
         per_seq = run.context if run.phase == "prefill" else 1

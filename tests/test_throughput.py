@@ -675,6 +675,48 @@ def test_overlap_hides_communication_under_the_other_micro_batch():
         sum(v for k, v in tbo.breakdown.items() if k != "overlap saved") - tbo.time_s, rel=1e-9)
 
 
+def test_overlap_computation_runs_on_the_sms_communication_leaves():
+    # DeepSeek's prefill profile: 24 of the H800's 132 SMs to DeepEP's normal kernels, 108 to the computation
+    k, src = th.overlap_compute_slowdown("h800", "normal")
+    assert k == pytest.approx(132 / 108) and src.tables == ("deepseek-profile-prefill-overlap",)
+    assert not src.carried and src.measured_on == "h800"
+    k100, src100 = th.overlap_compute_slowdown("h100", "normal")
+    assert k100 == k and src100.carried and "carried to h100" in src100.note
+    # its decode: the low-latency kernels hold no SM, carried or not
+    for card in ("h800", "h20", "ascend-910c"):
+        one, dsrc = th.overlap_compute_slowdown(card, "low_latency")
+        assert one == 1.0 and dsrc.tables == ("deepseek-profile-decode-overlap",) and not dsrc.carried
+    ideal, isrc = th.overlap_compute_slowdown("h800", "normal", "ideal")
+    assert ideal == 1.0 and isrc.tables == () and "ideal" in isrc.note
+    with pytest.raises(UnknownNameError, match="overlap model"):
+        th.overlap_compute_slowdown("h800", "normal", "perfect")
+
+    # EP8 prefill inside a server: NVLink messages are short, every overlapped segment is computation
+    kw = dict(tp=1, dp=8, ep=8, context=4096, concurrency=8 * 4, phase="prefill", overlap=True, **PUB)
+    ide = th.step(V3, "h800", overlap_model="ideal", **kw)
+    pub = th.step(V3, "h800", **kw)
+    extra = pub.breakdown["SMs held by communication"]
+    assert ide.breakdown["SMs held by communication"] == 0 and extra > 0
+    assert pub.compute_s - ide.compute_s == pytest.approx(extra, rel=1e-9)
+    assert pub.time_s - ide.time_s == pytest.approx(extra, rel=1e-6)
+    # the compute-bound time of the 58 MoE layers (of 61), taken 132/108 times
+    assert 0.9 * (k - 1) * ide.compute_s < extra < (k - 1) * ide.compute_s
+    assert pub.breakdown["overlap saved"] == pytest.approx(
+        sum(v for n, v in pub.breakdown.items() if n != "overlap saved") - pub.time_s, rel=1e-9)
+    by = {s.component: s for s in pub.cost_sources}
+    assert by["two-micro-batch overlap"].tables == ("deepseek-profile-prefill-overlap",)
+    assert {s.component: s for s in ide.cost_sources}["two-micro-batch overlap"].tables == ()
+    # serial: no overlap, no SM lost, no overlap source
+    ser = th.step(V3, "h800", **(kw | dict(overlap=False)))
+    assert "SMs held by communication" not in ser.breakdown
+    assert all(s.component != "two-micro-batch overlap" for s in ser.cost_sources)
+    # decode overlaps on low-latency kernels: the same step either way
+    dkw = kw | dict(phase="decode", context=2048, concurrency=8 * 128)
+    assert th.step(V3, "h800", **dkw).time_s == th.step(V3, "h800", overlap_model="ideal", **dkw).time_s
+    with pytest.raises(UnknownNameError, match="overlap model"):
+        th.step(V3, "h800", overlap_model="perfect", **kw)
+
+
 def test_published_step_is_vectorized():
     kw = dict(tp=1, dp=16, ep=16, phase="decode", **PUB)
     L = np.array([1024, 4096, 16384])
