@@ -1225,7 +1225,9 @@ _CARRIED_HOW = {"GEMM": "as shares of the measured card's peak in its dtype and 
                 "MLA": "as a share of the measured card's peak (compute) or HBM bandwidth (memory)",
                 "MoE": "latency kept, bandwidth scaled by the cards' per-rank link bandwidth",
                 "TP": "latency kept, bandwidth scaled by the cards' link bandwidth",
-                "expert-load": "the published max/mean, taken for every card and EP size"}
+                "expert-load": "the published max/mean, taken for every card and EP size",
+                "two-micro-batch": "the H800's share of SMs held by communication, as the same share of the "
+                                   "card's compute units"}
 
 
 def throughput_conditions(df: pd.DataFrame) -> pd.DataFrame:
