@@ -90,10 +90,6 @@ def _print_json(out, **kw) -> int:
     return 0
 
 
-def _jsonable(x):
-    return _clean(x)
-
-
 def cmd_params(args) -> int:
     from pdcalc.inventory import get_inventory
 
@@ -132,7 +128,7 @@ def cmd_claims(args) -> int:
     if args.json:
         recs = []
         for r in rows.to_dict("records"):
-            recs.append({k: _jsonable(r[k]) for k in (
+            recs.append({k: _clean(r[k]) for k in (
                 "id", "article", "section", "quantity", "printed", "article_value", "article_unit",
                 "recomputed_value", "delta", "verdict", "severity", "severity_reason", "explanation", "method",
                 "where", "kind", "same_as")})
@@ -272,7 +268,7 @@ def cmd_plan(args) -> int:
     keys = ["p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp", "cards", "concurrency",
             "kv_capacity_seqs", "prefill_load", "ttft_s", "tpot_s", "output_tokens_per_s", "tokens_per_s_per_card",
             "binding"]
-    rows = [{k: _jsonable(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+    rows = [{k: _clean(v) for k, v in r.items()}
             for r in p.ranked[keys].head(args.top).to_dict("records")]
     out = {"model": args.model, "card": args.card, "cards": args.cards, "splits": p.splits,
            "evaluated": p.evaluated, "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows,
