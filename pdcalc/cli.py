@@ -369,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--ep", type=_int(1, MAX_CARDS), default=None,
                     help="cards in the EP group (default: no expert parallelism, experts split over TP)")
     sm.add_argument("--tp", type=_int(1, MAX_CARDS), default=1, help="TP degree (must divide the attention heads)")
-    sm.add_argument("--quant", default="w8a8")
+    sm.add_argument("--quant", default=None,
+                    help="quantization scheme (pdcalc list); default: w8a8-msmodelslim for DeepSeek-V4, "
+                         "w8a8 otherwise")
     sm.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True,
                     help="load the MTP module (speculative decoding); default: yes")
     sm.add_argument("--redundant", type=_int(0, MAX_CARDS), default=0, help="redundant expert copies per EP group")
@@ -401,7 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--ep", type=_int(1, MAX_CARDS), default=None, help="EP group in cards (default: no expert parallelism)")
     st.add_argument("--context", type=_int(1, MAX_TOKENS), required=True, help="prompt length (prefill) and KV length (decode)")
     st.add_argument("--concurrency", type=_int(1, MAX_SEQUENCES), required=True, help="prompts (prefill) and sequences (decode) per step")
-    st.add_argument("--quant", default="w8a8")
+    st.add_argument("--quant", default=None,
+                    help="quantization scheme (pdcalc list); default: w8a8-msmodelslim for DeepSeek-V4, "
+                         "w8a8 otherwise")
     st.add_argument("--mfu", type=_FRACTION, default=0.5, help="share of peak FLOP/s reached (assumption)")
     st.add_argument("--mbu", type=_FRACTION, default=0.7, help="share of HBM bandwidth reached (assumption)")
     st.add_argument("--comm-eff", type=_FRACTION, default=0.7, help="share of link bandwidth reached (assumption)")
@@ -427,7 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--concurrency", type=_int(1, MAX_SEQUENCES), help="sequences decoding at once")
     spl.add_argument("--ttft-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time to first token")
     spl.add_argument("--tpot-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time per output token")
-    spl.add_argument("--quant", default="w8a8")
+    spl.add_argument("--quant", default=None,
+                    help="quantization scheme (pdcalc list); default: w8a8-msmodelslim for DeepSeek-V4, "
+                         "w8a8 otherwise")
     spl.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                      help="KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     spl.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
@@ -466,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "quant", "") is None:
+            from pdcalc.quant import default_scheme
+
+            args.quant = default_scheme(args.model)
         return args.func(args)
     except PdcalcError as exc:
         return _fail(exc)

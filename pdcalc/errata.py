@@ -17,6 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from pdcalc.claims import get_claim, printed_value
+from pdcalc.quant import V4_ASCEND_W8A8
 from pdcalc.units import GB, GiB, MB
 
 
@@ -89,7 +90,7 @@ def _v4_kv_changes():
     n_art = int(budgets.d_plan("A").room_bytes() // article_kv_bytes(ctx, budgets.kb_per_token()))
     overhead = (printed_value("v4-6.3-d-act") + printed_value("v4-6.3-d-framework")) * GB
     sizes = [2 ** k for k in range(1, d_ep.bit_length())]
-    sw = ep_sweep("deepseek-v4-flash", "w8a8", "ascend-910b2", sizes, activation_bytes=overhead)
+    sw = ep_sweep("deepseek-v4-flash", V4_ASCEND_W8A8, "ascend-910b2", sizes, activation_bytes=overhead)
     fit = {int(r.ep): sequences_that_fit(max(r.kv_room_bytes, 0.0), ctx, "deepseek-v4-flash") for r in sw.itertuples()}
     smallest = min((ep for ep, n in fit.items() if n >= seqs), default=d_ep)
     n = printed_value("v4-7.2-input-tokens")
@@ -114,7 +115,7 @@ def _v4_scenario_b_real():
 
     s = budgets.scenarios()["B"]
     kv = s.seqs * kv_bytes("deepseek-v4-flash", s.context_tokens, "vllm-ascend").total_bytes
-    d = card_plan("D", "deepseek-v4-flash", "w8a8", "ascend-910b2", ep=32, kv_cache_bytes=kv,
+    d = card_plan("D", "deepseek-v4-flash", V4_ASCEND_W8A8, "ascend-910b2", ep=32, kv_cache_bytes=kv,
                   activation_bytes=printed_value("v4-6.3-d-act") * GB,
                   framework_bytes=printed_value("v4-6.3-d-framework") * GB)
     return f"{d.total_bytes / GB:.2f} GB with the real weights and cache: {d.verdict(GB, 'GB')}"
@@ -123,7 +124,7 @@ def _v4_scenario_b_real():
 def _v4_class_ii_real():
     from pdcalc.memory import card_weights
 
-    w = card_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
+    w = card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
     return f"{w.class_ii_bytes / GB:.2f} GB per card (W8A8, MTP module loaded)"
 
 
@@ -131,10 +132,10 @@ def _v4_class_ii_changes():
     from pdcalc.memory import budget, card_weights
     from pdcalc.validation import logged_weights
 
-    w = card_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
+    w = card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
     over = dict(activation_bytes=printed_value("v4-6.2-p-act") * GB, overhead_bytes=printed_value("v4-6.2-p-framework") * GB)
     b = budget("ascend-910b2", w.total_bytes, **over)
-    log = logged_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
+    log = logged_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
     logged = budget("ascend-910b2", log.bytes, **over)
     return (f"Every card carries more replicated weight: with pdcalc's weights a P card has {b.kv_bytes / GiB:.1f} GiB "
             f"to spare, and with the {log.bytes / GiB:.1f} GiB the engine logged for this layout "

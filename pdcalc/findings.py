@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pdcalc.units import GB, GiB
+from pdcalc.quant import V4_ASCEND_W8A8
 
 ARTICLE_TITLES = {
     "v4": "DeepSeek-V4-Flash on 64 x Ascend 910B, prefill/decode disaggregated",
@@ -42,8 +43,8 @@ def _p_weights_real() -> str:
     from pdcalc.memory import card_weights
     from pdcalc.validation import logged_weights
 
-    log = logged_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
-    w = card_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
+    log = logged_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
+    w = card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
     return (f"{log.bytes / GiB:.1f} GiB ({log.bytes / GB:.1f} GB) logged by vllm-ascend for the W8A8 checkpoint "
             f"with its MTP layer on this layout; pdcalc's W8A8 rule gives {w.total_bytes / GiB:.2f} GiB")
 
@@ -53,7 +54,7 @@ def _p_weights_changes() -> str:
     from pdcalc.memory import budget
     from pdcalc.validation import logged_weights
 
-    log = logged_weights("deepseek-v4-flash", "w8a8", ep=8, mtp=True)
+    log = logged_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
     b = budget("ascend-910b2", log.bytes)
     return (f"At gpu-memory-utilization {b.utilization:g} a P card keeps {b.kv_bytes / GiB:.1f} GiB for activations "
             f"and the cache of the prompts it prefills, against the {printed_value('v4-6.2-p-free')} GB the "

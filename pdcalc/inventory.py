@@ -182,6 +182,18 @@ def _v3_block(cfg: ModelConfig, layer: int, part: str, prefix: str) -> list[Tens
           shape=(h * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank), shard="tp"),
         T(name=f"{a}.wo.weight", module="attn", category="attention", role="linear",
           shape=(d, h * cfg.v_head_dim), shard="tp"),
+    ]
+    if cfg.sparse:  # DeepSeek-V3.2's lightning indexer (DeepSeek Sparse Attention)
+        ih, ihd = cfg.index_n_heads, cfg.index_head_dim
+        I = lambda **kw: T(module="attn.indexer", category="indexer", **kw)  # noqa: E731
+        out += [
+            I(name=f"{a}.indexer.wq_b.weight", role="linear", shape=(ih * ihd, cfg.q_lora_rank), shard="tp"),
+            I(name=f"{a}.indexer.wk.weight", role="linear", shape=(ihd, d)),
+            I(name=f"{a}.indexer.k_norm.weight", role="norm", shape=(ihd,), dtype="fp32"),
+            I(name=f"{a}.indexer.k_norm.bias", role="norm", shape=(ihd,), dtype="fp32"),
+            I(name=f"{a}.indexer.weights_proj.weight", role="linear_bf16", shape=(ih, d), shard="tp"),
+        ]
+    out += [
         T(name=f"{prefix}.attn_norm.weight", module="block", category="norms", role="norm", shape=(d,)),
         T(name=f"{prefix}.ffn_norm.weight", module="block", category="norms", role="norm", shape=(d,)),
     ]
@@ -190,9 +202,11 @@ def _v3_block(cfg: ModelConfig, layer: int, part: str, prefix: str) -> list[Tens
         inter, e = cfg.moe_intermediate_size, cfg.n_routed_experts
         out += [
             T(name=f"{f}.gate.weight", module="ffn.gate", category="router", role="router", shape=(e, d)),
-            # The reference Gate carries a score-correction bias only for the 7168-wide model (V3/R1).
+            # The score-correction bias of auxiliary-loss-free routing (topk_method "noaux_tc", V3 on;
+            # HF e_score_correction_bias). DeepSeek-V3's reference Gate keys it on dim == 7168, which
+            # the released V3/R1 (and Kimi-K2) configs meet.
             *([T(name=f"{f}.gate.bias", module="ffn.gate", category="router", role="router_bias", shape=(e,),
-                 dtype="fp32")] if d == 7168 else []),
+                 dtype="fp32")] if cfg.router_bias else []),
         ]
         for w, shape in (("w1", (inter, d)), ("w2", (d, inter)), ("w3", (inter, d))):
             out.append(T(name=f"{f}.experts.{{expert}}.{w}.weight", module="ffn.experts", category="routed_experts",
@@ -397,7 +411,7 @@ def build_inventory(cfg: ModelConfig) -> Inventory:
     A config describing more than :data:`MAX_PARAMS` parameters is a :class:`~pdcalc.errors.ConfigError`
     naming the largest category and the fields that size it.
     """
-    if cfg.model_type == "deepseek_v3":
+    if cfg.mla:
         inv = _v3_inventory(cfg)
     elif cfg.model_type == "deepseek_v4":
         inv = _v4_inventory(cfg)

@@ -115,6 +115,14 @@ qk_rope_head_dim]``, BF16: 576 x 2 = 1,152 B per token per layer, 61 x 1,152 = 7
 (one per-tensor scale, none stored per token); the 656 B ``fp8_ds_mla`` row (512 FP8 + 4 fp32 scales
 + 64 BF16) is the layout of the *sparse* MLA backends (DeepSeek-V3.2), not of V3's dense MLA.
 
+DeepSeek-V2, V2-Lite and Kimi-K2 cache exactly like V3 (the same MLA, their own ``kv_lora_rank``,
+``qk_rope_head_dim`` and layer count). DeepSeek-V3.2-Exp keeps V3's MLA latent and adds, per token and
+layer, the key of its lightning indexer (:data:`V32_INDEXER_FORMAT`, :func:`indexer_entry_bytes`): 128 FP8
+values and one fp32 scale (132 B) in the reference code and in vLLM, 128 BF16 values (256 B) in
+vllm-ascend by default. vLLM (v0.33.0) stores the latent in BF16 by default (1,152 B) and as the 656 B
+``fp8_ds_mla`` row when asked for FP8; vllm-ascend keeps its 512 + 64 BF16 values in two tensors
+(1,152 B). Pages: 64 tokens in vLLM (FlashMLA sparse forces it), 128 in vllm-ascend (the SFA kernel).
+
 Assumptions are named in :data:`ASSUMPTIONS`; each :class:`KVLayout` lists the ones it relies on.
 """
 
@@ -189,12 +197,17 @@ ASSUMPTIONS: dict[str, str] = {
 }
 
 #: Default scheduler block size (``cache_config.block_size``) per engine and model type.
+#: The MLA types (``deepseek_v2``, ``kimi_k2``, ``deepseek_v32``) page like ``deepseek_v3``.
 DEFAULT_BLOCK_SIZE: dict[tuple[str, str], int] = {
     ("vllm", "deepseek_v4"): 256,        # DeepseekSparseSWABackend.get_preferred_block_size
     ("vllm-ascend", "deepseek_v4"): 128,  # the V4 article's deployment; get_dsv4_block_sizes key
     ("vllm", "deepseek_v3"): 64,          # assumption v3-vllm-block-64
     ("vllm-ascend", "deepseek_v3"): 128,  # vllm-ascend's usual MLA block size
 }
+
+
+def _block_key(cfg: ModelConfig) -> str:
+    return "deepseek_v4" if cfg.model_type == "deepseek_v4" else "deepseek_v3"
 
 #: vllm-ascend (non-A5) ``get_dsv4_block_sizes``: block_size -> (mla, swa, c4 state, c128 state) page
 #: rows, and (indexer-state, main-state) padded page bytes. layer.py at 007fe2aa.
@@ -357,7 +370,7 @@ class KVLayout:
 
     engine: str                      # one of ENGINES
     model: str                       # model name (preset or file)
-    model_type: str                  # "deepseek_v3" or "deepseek_v4"
+    model_type: str                  # the config's model_type
     block_size: int | None           # scheduler block size (cache_config.block_size); None: not paged
     kv_cache_dtype: str              # the engine's cache format, e.g. "bf16", "fp8_ds_mla"
     layer_kinds: tuple[LayerKind, ...]
@@ -527,7 +540,7 @@ def _v4_layout(cfg: ModelConfig, engine: str, block_size: int | None, kv_cache_d
                         kv_cache_dtype=fmt, layer_kinds=kinds,
                         assumptions=("reference-buffer-sized-to-context", "reference-bf16", *common),
                         source="deepseek-ai/DeepSeek-V4-Flash@60d8d707 inference/model.py")
-    block = block_size if block_size is not None else DEFAULT_BLOCK_SIZE[(engine, cfg.model_type)]
+    block = block_size if block_size is not None else DEFAULT_BLOCK_SIZE[(engine, _block_key(cfg))]
     if engine == "vllm":
         if block % 128 or block < 256:
             raise LayoutError(f"vLLM block_size {block} for DeepSeek-V4: must be a multiple of 128 (a page "
@@ -557,6 +570,37 @@ def _v4_layout(cfg: ModelConfig, engine: str, block_size: int | None, kv_cache_d
 
 _V3_DTYPES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0}
 
+#: DeepSeek-V3.2 lightning-indexer key per token and layer, per engine: (value bytes, scale bytes per
+#: scale, values per scale). Each entry is ``d_I`` values plus one scale per group of values.
+V32_INDEXER_FORMAT: dict[str, tuple[float, float, int, str]] = {
+    "reference": (1.0, 4.0, 128, "deepseek-ai/DeepSeek-V3.2-Exp@3b99a535 inference/model.py Indexer.__init__ "
+                                 "(L448-449): k_cache float8_e4m3fn [max_seq_len, index_head_dim] + k_scale_cache "
+                                 "float32 [max_seq_len, index_head_dim // block_size], block_size 128"),
+    "vllm": (1.0, 4.0, 128, "vLLM v0.33.0 vllm/models/deepseek_v32/attention.py L91-100 (v0.11.0: "
+                            "model_executor/models/deepseek_v2.py L767-775): DeepseekV32IndexerCache(head_dim = "
+                            "head_dim + head_dim // quant_block_size * 4, dtype uint8), 64-token pages"),
+    "vllm-ascend": (2.0, 0.0, 128, "vllm-project/vllm-ascend@182b75ea vllm_ascend/core/kv_cache_interface.py "
+                                   "L137-144 and worker/model_runner_v1.py L4730-4746: AscendSFAIndexerCacheSpec("
+                                   "head_size=index_head_dim, dtype=kv_cache_dtype, scale_dim=0), BF16 keys without "
+                                   "a scale unless enable_sparse_li_c8"),
+}
+
+
+def indexer_entry_bytes(model: str | Path | ModelConfig, engine: str = "reference") -> float:
+    """DeepSeek-V3.2: bytes of one token's indexer key on one layer in ``engine``.
+
+    .. math:: e_I = d_I\\,s_\\text{value} + \\lceil d_I / g \\rceil\\,s_\\text{scale}
+
+    with the value and scale sizes and the group ``g`` of :data:`V32_INDEXER_FORMAT` (reference and vLLM:
+    128 FP8 values and one fp32 scale, 132 B).
+    """
+    cfg = _model(model)
+    if not cfg.sparse:
+        raise ConfigError(cfg.source, "model_type", f"model_type {cfg.model_type!r} has no lightning indexer "
+                          "(deepseek_v32 has)")
+    value, scale, group, _ = V32_INDEXER_FORMAT[_check_engine(engine)]
+    return cfg.index_head_dim * value + math.ceil(cfg.index_head_dim / group) * scale
+
 
 def _v3_layout(cfg: ModelConfig, engine: str, block_size: int | None, kv_cache_dtype: str | None) -> KVLayout:
     width = cfg.kv_lora_rank + cfg.qk_rope_head_dim  # 576 for DeepSeek-V3
@@ -564,9 +608,11 @@ def _v3_layout(cfg: ModelConfig, engine: str, block_size: int | None, kv_cache_d
     allowed = {"reference": ("auto", "bf16"), "vllm": ("auto", "bf16", "fp8", "fp8_ds_mla"),
                "vllm-ascend": ("auto", "bf16")}[engine]
     if dtype not in allowed:
-        raise LayoutError(f"DeepSeek-V3 on {engine}: kv_cache_dtype {dtype!r} not modelled "
+        raise LayoutError(f"{cfg.model_type} on {engine}: kv_cache_dtype {dtype!r} not modelled "
                           f"(modelled: {', '.join(allowed)})")
-    if dtype == "fp8_ds_mla":
+    if dtype == "fp8_ds_mla" or (cfg.sparse and engine == "vllm" and dtype == "fp8"):
+        # vLLM serves any quantized cache of a sparse-MLA model (V3.2) as fp8_ds_mla: v0.33.0
+        # layers/attention/mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype (L359-369)
         entry = float(VLLM_FP8_DS_MLA_ENTRY_BYTES)
         src = ("zyongye/vllm@434b1bdb vllm/v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes "
                "(block_size * 656; the sparse-MLA layout of DeepSeek-V3.2, not used by V3's dense MLA)")
@@ -582,18 +628,23 @@ def _v3_layout(cfg: ModelConfig, engine: str, block_size: int | None, kv_cache_d
         block, page = 0, 0.0
         assumptions = ("reference-buffer-sized-to-context", "reference-bf16")
     else:
-        block = block_size if block_size is not None else DEFAULT_BLOCK_SIZE[(engine, cfg.model_type)]
+        block = block_size if block_size is not None else DEFAULT_BLOCK_SIZE[(engine, _block_key(cfg))]
         if block < 1:
             raise LayoutError(f"block_size must be positive, got {block}")
         page = block * entry
         if engine == "vllm" and block_size is None:
             assumptions = (*assumptions, "v3-vllm-block-64")
-    cache = CacheSpec(name="latent", entry_bytes=entry, tokens_per_entry=1, block_tokens=block,
-                      page_bytes=page, source=src)
-    kinds = [LayerKind(kind="mla", compress_ratio=0, n_layers=cfg.num_hidden_layers, mtp=False, caches=(cache,))]
+    caches = [CacheSpec(name="latent", entry_bytes=entry, tokens_per_entry=1, block_tokens=block,
+                        page_bytes=page, source=src)]
+    if cfg.sparse:
+        ie = indexer_entry_bytes(cfg, engine)
+        caches.append(CacheSpec(name="indexer", entry_bytes=ie, tokens_per_entry=1, block_tokens=block,
+                                page_bytes=block * ie, source=V32_INDEXER_FORMAT[engine][3]))
+    kinds = [LayerKind(kind="mla", compress_ratio=0, n_layers=cfg.num_hidden_layers, mtp=False,
+                       caches=tuple(caches))]
     if cfg.num_nextn_predict_layers:
         kinds.append(LayerKind(kind="mla", compress_ratio=0, n_layers=cfg.num_nextn_predict_layers, mtp=True,
-                               caches=(cache,)))
+                               caches=tuple(caches)))
     return KVLayout(engine=engine, model=cfg.name, model_type=cfg.model_type, block_size=block or None,
                     kv_cache_dtype="bf16" if dtype == "auto" else dtype, layer_kinds=tuple(kinds),
                     assumptions=assumptions, source=src)
@@ -743,7 +794,7 @@ def kv_bytes(model: str | Path | ModelConfig, context_tokens, engine: str = "vll
             by_cache[cache.name] = by_cache.get(cache.name, 0.0) + b
         by_kind[kind.key] = by_kind.get(kind.key, 0.0) + kind_bytes
         total = total + kind_bytes
-    mla = (mla_bytes_per_token(cfg, include_mtp=include_mtp) if cfg.model_type == "deepseek_v3" else None)
+    mla = mla_bytes_per_token(cfg, include_mtp=include_mtp) if cfg.mla else None
     return KVResult(
         engine=engine, model=layout.model, include_mtp=include_mtp, block_size=layout.block_size,
         context_tokens=int(ctx) if scalar else ctx,

@@ -19,8 +19,8 @@ from pdcalc.errors import LayoutError
 from pdcalc.hardware import get_card
 from pdcalc.inventory import CATEGORIES, get_inventory
 from pdcalc.parallel import place_experts
-from pdcalc.quant import get_scheme
-from pdcalc.units import GiB
+from pdcalc.quant import V4_ASCEND_W8A8, get_scheme  # noqa: F401 (re-exported)
+from pdcalc.units import GiB, dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def check_tp(inv, tp) -> int:
     if cfg is not None:
         v4 = cfg.model_type == "deepseek_v4"
         problem = tp_problem(tp, heads=cfg.num_attention_heads, o_groups=cfg.o_groups if v4 else None,
-                             index_heads=cfg.index_n_heads if v4 else None)
+                             index_heads=cfg.index_n_heads if v4 or cfg.sparse else None)
         if problem:
             raise LayoutError(f"TP degree {problem}")
     return tp
@@ -92,6 +92,11 @@ def card_weights(model, scheme: str = "w8a8", *, ep: int | None = 1, tp: int = 1
         if t.part == "mtp" and not mtp:
             continue
         out[t.category] += tensor_card_bytes(t, sch, experts_per_card=n_card, tp=tp, experts_tp_split=ep is None)
+    if mtp and sch.mtp_vocab_copies and inv.config is not None and inv.config.num_nextn_predict_layers:
+        # the MTP draft's own embedding and head (vocab x hidden each), split like the main ones
+        vocab = inv.config.vocab_size * inv.config.hidden_size * dtype_bytes(sch.vocab_dtype)
+        out["embedding"] += vocab / tp
+        out["lm_head"] += vocab / tp
     by_cat = {k: v for k, v in out.items() if v}
     one = by_cat.get("routed_experts", 0.0)
     total = sum(by_cat.values())
@@ -235,3 +240,46 @@ def ep_sweep(model, scheme: str, card, sizes, *, tp: int = 1, mtp: bool = True, 
         rows.append({"ep": int(n), "experts_per_card": w.experts_per_card, "weights_bytes": w.total_bytes,
                      "usable_bytes": b.usable_bytes, "kv_room_bytes": b.kv_bytes, "fits": b.fits})
     return pd.DataFrame(rows)
+
+
+
+def load_buffers(model, engine: str = "vllm-ascend", *, max_num_batched_tokens: int) -> dict[str, float]:
+    """Device buffers an engine allocates while it builds the model, in bytes per card, by name.
+
+    vllm-ascend counts them in the weights it logs ("Actual usage: ... GiB for weights" is the memory
+    allocated during ``load_model``, target and MTP draft together). Modelled for DeepSeek-V4 on
+    vllm-ascend; other models and engines give an empty dict (no source sizes them):
+
+    - ``rope cache``: the full cos/sin table of every RoPE configuration, fp32
+      ``[original_max_position_embeddings x factor, qk_rope_head_dim]`` each, one configuration for the
+      uncompressed layers (``rope_theta``) and one for the compressed ones (``compress_rope_theta``);
+    - ``rope runtime``: per scheduled token, cos and sin of four layer groups for the target and the
+      draft, fp32;
+    - ``MTP hidden buffer``: ``[max_num_batched_tokens, hc_mult x hidden_size]`` in BF16;
+    - ``top-k indices``: ``[max_num_batched_tokens, index_topk]`` int32 (the draft shares the target's).
+
+    .. math:: B = 2\\,n_\\text{rope}\\,P\\,d_R \\cdot 4 + T\\,(16\\,d_R \\cdot 4 + 2\\,h_c d + 4 K)
+
+    Source: vllm-project/vllm-ascend@182b75ea ``vllm_ascend/ops/rope_dsv4.py`` L195-241 (the full cache
+    per config key, the runtime buffers), ``vllm_ascend/models/deepseek_v4/model.py`` L663 (the original
+    positions), L755-760 (``topk_indices_buffer``), L823-832 (``_mtp_hidden_buffer``);
+    ``worker/model_runner_v1.py`` L3507-3570 and ``platform.py`` L184-186 (what the logged figure measures).
+    """
+    from pdcalc.checks import integer
+    from pdcalc.model import load_config
+
+    cfg = load_config(model) if isinstance(model, str) else get_inventory(model).config
+    tokens = integer("max_num_batched_tokens", max_num_batched_tokens, low=1)
+    if cfg is None or cfg.model_type != "deepseek_v4" or engine != "vllm-ascend":
+        return {}
+    scaling = cfg.extra.get("rope_scaling") or {}
+    positions = int(scaling.get("original_max_position_embeddings", cfg.max_position_embeddings or 0)
+                    * scaling.get("factor", 1))
+    ratios = cfg.compress_ratios[:cfg.num_hidden_layers]
+    configs = 1 + (("compress_rope_theta" in cfg.extra) and any(ratios) and not all(ratios))
+    d_r = cfg.qk_rope_head_dim
+    return {"rope cache": 2.0 * configs * positions * d_r * 4,
+            "rope runtime": tokens * 4 * 2 * 2 * d_r * 4.0,
+            "MTP hidden buffer": (tokens * cfg.hc_mult * cfg.hidden_size * 2.0
+                                  if cfg.num_nextn_predict_layers else 0.0),
+            "top-k indices": tokens * cfg.index_topk * 4.0}

@@ -1,9 +1,16 @@
 """Model architectures from the official Hugging Face ``config.json``.
 
 A :class:`ModelConfig` holds the fields pdcalc needs, named exactly as the ``config.json`` keys so a
-preset can be diffed against its source. Two model types are supported: ``deepseek_v3`` (DeepSeek-V3,
-R1, V3.1, Kimi-K2-style configs) and ``deepseek_v4`` (DeepSeek-V4-Flash). Values are validated when
-the config is built; nothing is back-filled except the documented defaults of the model type.
+preset can be diffed against its source. Five model types are supported, in two architectures:
+
+- MLA + MoE (:attr:`ModelConfig.mla`): ``deepseek_v2`` (DeepSeek-V2, V2-Lite), ``deepseek_v3``
+  (DeepSeek-V3, R1, V3.1, and Kimi-K2 revisions that declare it), ``kimi_k2`` (Kimi-K2 revisions that
+  name themselves) and ``deepseek_v32`` (DeepSeek-V3.2-Exp: MLA with the lightning indexer of DeepSeek
+  Sparse Attention, :attr:`ModelConfig.sparse`);
+- hybrid sliding-window / compressed attention with mHC: ``deepseek_v4`` (DeepSeek-V4-Flash).
+
+Values are validated when the config is built; nothing is back-filled except the documented defaults
+of the model type (:data:`TYPE_DEFAULTS`).
 
 Every field has a JSON type and a range (:data:`LIMITS`): integers are integers (a whole-number float
 such as ``7168.0`` is stored as the ``int`` 7168, ``7168.5`` is refused), booleans are ``true`` or
@@ -22,7 +29,29 @@ from typing import Any
 from pdcalc import checks
 from pdcalc.errors import ConfigError, UnknownNameError, decode_error, read_user_file
 
-SUPPORTED_MODEL_TYPES = ("deepseek_v3", "deepseek_v4")
+SUPPORTED_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "deepseek_v4")
+
+#: Model types with DeepSeek's multi-head latent attention (MLA) and the V2/V3 MoE layer; their
+#: inventory, KV cache and step are one family (Kimi-K2's modelling code is DeepSeek-V3's).
+MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+
+#: What a config of each type means when it leaves a routing field out: the defaults of the type's own
+#: configuration class. ``topk_method`` decides whether the router carries a score-correction bias
+#: (``noaux_tc``). Sources: Hugging Face deepseek-ai/DeepSeek-V2 ``configuration_deepseek.py``
+#: (``DeepseekV2Config``: ``topk_method='gready'`` [sic], ``scoring_func='softmax'``, ``n_group=None``)
+#: and deepseek-ai/DeepSeek-V3 ``configuration_deepseek.py`` (``DeepseekV3Config``:
+#: ``topk_method='noaux_tc'``, ``scoring_func='sigmoid'``); Kimi-K2 ships DeepSeek-V3's; V3.2-Exp's
+#: config states its own.
+TYPE_DEFAULTS: dict[str, dict[str, str]] = {
+    "deepseek_v2": {"topk_method": "gready", "scoring_func": "softmax"},
+    "deepseek_v3": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+    "deepseek_v32": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+    "kimi_k2": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+}
+
+#: Router selection methods pdcalc knows (the ``topk_method`` values of the released configs; "gready"
+#: is DeepSeek-V2's own spelling of its default).
+TOPK_METHODS = ("greedy", "gready", "group_limited_greedy", "noaux_tc")
 
 #: Official configuration files shipped with the package (copies of the published files).
 CONFIG_PRESETS: dict[str, dict[str, str]] = {
@@ -74,6 +103,7 @@ MODEL_NAMES: tuple[str, ...] = tuple(CONFIG_PRESETS) + tuple(ARTICLE_PRESETS)
 #: num_hash_layers          0 .. 1,024      and at most num_hidden_layers (V4-Flash: 3)
 #: n_routed_experts         1 .. 65,536     384 (Kimi K2); the placement has one entry per card
 #: n_shared_experts         0 .. 1,024      2 (DeepSeek-V2)
+#: n_group, topk_group      1 .. 65,536     8, 4 (DeepSeek-V3); topk_group at most n_group
 #: num_experts_per_tok      1 .. 65,536     and at most n_routed_experts (V3: 8)
 #: num_attention_heads      1 .. 65,536     128 (DeepSeek-V3)
 #: num_key_value_heads      1 .. 65,536     128 (DeepSeek-V3 declares one per query head)
@@ -103,6 +133,8 @@ LIMITS: dict[str, tuple[int, int]] = {
     "n_routed_experts": (1, 65536),
     "n_shared_experts": (0, 1024),
     "num_experts_per_tok": (1, 65536),
+    "n_group": (1, 65536),
+    "topk_group": (1, 65536),
     "num_attention_heads": (1, 65536),
     "num_key_value_heads": (1, 65536),
     "index_n_heads": (1, 65536),
@@ -129,7 +161,19 @@ MAX_COMPRESS_ENTRIES = LIMITS["num_hidden_layers"][1] + LIMITS["num_nextn_predic
 #: required by :meth:`ModelConfig.__post_init__`.
 _OPTIONAL = frozenset({"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size",
                        "head_dim", "o_groups", "o_lora_rank", "sliding_window", "index_n_heads",
-                       "index_head_dim", "index_topk", "hc_mult", "max_position_embeddings"})
+                       "index_head_dim", "index_topk", "hc_mult", "max_position_embeddings",
+                       "n_group", "topk_group"})
+
+#: Fields each model type needs beyond the common ones (a config that lacks one is refused, naming it).
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "deepseek_v2": ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size"),
+    "deepseek_v3": ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size"),
+    "kimi_k2": ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size"),
+    "deepseek_v32": ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size", "q_lora_rank",
+                     "index_n_heads", "index_head_dim", "index_topk"),
+    "deepseek_v4": ("head_dim", "o_groups", "o_lora_rank", "sliding_window", "q_lora_rank",
+                    "index_n_heads", "index_head_dim", "index_topk", "hc_mult"),
+}
 
 
 def _int(src: str, name: str, value: Any) -> int:
@@ -150,7 +194,7 @@ class ModelConfig:
 
     name: str                                   # preset name or file stem
     source: str                                 # where the config came from
-    model_type: str                             # "deepseek_v3" or "deepseek_v4"
+    model_type: str                             # one of SUPPORTED_MODEL_TYPES
     vocab_size: int                             # token vocabulary
     hidden_size: int                            # model width d
     num_hidden_layers: int                      # transformer blocks of the main model
@@ -173,6 +217,10 @@ class ModelConfig:
     intermediate_size: int | None = None        # SwiGLU width of the dense FFN layers
     first_k_dense_replace: int = 0              # leading layers with a dense FFN instead of MoE
     moe_layer_freq: int = 1                     # every k-th layer (after the dense ones) is MoE
+    topk_method: str | None = None              # router selection; "noaux_tc" carries a correction bias
+    scoring_func: str | None = None             # router scores: "softmax" (V2) or "sigmoid" (V3 on)
+    n_group: int | None = None                  # expert groups of group-limited routing
+    topk_group: int | None = None               # groups a token may route to
     # deepseek_v4 (hybrid sliding-window / compressed attention, mHC)
     head_dim: int | None = None                 # width of the single shared KV head (and of each query head)
     o_groups: int | None = None                 # groups of the grouped low-rank output projection
@@ -180,9 +228,9 @@ class ModelConfig:
     sliding_window: int | None = None           # tokens kept uncompressed on every layer
     compress_ratios: tuple[int, ...] | None = None  # per layer (main + MTP): 0 none, 4 (with indexer), 128
     num_hash_layers: int = 0                    # leading layers routed by a token-id hash table
-    index_n_heads: int | None = None            # indexer query heads
-    index_head_dim: int | None = None           # indexer head width
-    index_topk: int | None = None               # compressed positions the indexer selects
+    index_n_heads: int | None = None            # indexer query heads (V3.2, V4)
+    index_head_dim: int | None = None           # indexer head width (V3.2, V4)
+    index_topk: int | None = None               # positions the indexer selects (V3.2: tokens; V4: entries)
     hc_mult: int | None = None                  # mHC residual streams
     max_position_embeddings: int | None = None  # longest context the config declares
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # unread keys, kept for reference
@@ -196,12 +244,7 @@ class ModelConfig:
         if not isinstance(self.model_type, str) or self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(src, "model_type", f"unsupported model_type {checks.show(self.model_type)} "
                               f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-        required = {
-            "deepseek_v3": ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "intermediate_size"),
-            "deepseek_v4": ("head_dim", "o_groups", "o_lora_rank", "sliding_window", "q_lora_rank",
-                            "index_n_heads", "index_head_dim", "index_topk", "hc_mult"),
-        }[self.model_type]
-        for name in required:
+        for name in REQUIRED[self.model_type]:
             if getattr(self, name) is None:
                 raise ConfigError(src, name, f"missing (required for model_type {self.model_type!r})")
         for name in LIMITS:
@@ -217,6 +260,18 @@ class ModelConfig:
         if self.quantization_config is not None and not isinstance(self.quantization_config, dict):
             raise ConfigError(src, "quantization_config", "must be an object (a JSON {...} table) or null, "
                               f"got {checks.show(self.quantization_config)}")
+        for name in ("topk_method", "scoring_func"):
+            value = getattr(self, name)
+            if value is None:
+                store(name, TYPE_DEFAULTS.get(self.model_type, {}).get(name))
+            elif not isinstance(value, str):
+                raise ConfigError(src, name, f"must be a string, got {checks.show(value)}")
+        if self.topk_method is not None and self.topk_method not in TOPK_METHODS:
+            raise ConfigError(src, "topk_method", f"unknown router method {checks.show(self.topk_method)} "
+                              f"(known: {', '.join(TOPK_METHODS)})")
+        if self.n_group is not None and self.topk_group is not None and self.topk_group > self.n_group:
+            raise ConfigError(src, "topk_group", f"{self.topk_group} exceeds n_group={self.n_group} "
+                              f"(allowed: 1..{self.n_group})")
         if self.num_experts_per_tok > self.n_routed_experts:
             raise ConfigError(src, "num_experts_per_tok", f"{self.num_experts_per_tok} exceeds "
                               f"n_routed_experts={self.n_routed_experts} (allowed: 1..{self.n_routed_experts})")
@@ -258,6 +313,21 @@ class ModelConfig:
         return tuple(out)
 
     # -- derived structure -------------------------------------------------------------------
+    @property
+    def mla(self) -> bool:
+        """Whether the model has MLA attention and the V2/V3 layer (:data:`MLA_MODEL_TYPES`)."""
+        return self.model_type in MLA_MODEL_TYPES
+
+    @property
+    def sparse(self) -> bool:
+        """Whether an MLA model has DeepSeek Sparse Attention's lightning indexer (``deepseek_v32``)."""
+        return self.model_type == "deepseek_v32"
+
+    @property
+    def router_bias(self) -> bool:
+        """Whether the router carries a score-correction bias (``topk_method`` "noaux_tc"; V3 on)."""
+        return self.model_type == "deepseek_v4" or self.topk_method == "noaux_tc"
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether main-model layer ``layer`` has a MoE FFN (V3: after ``first_k_dense_replace``)."""
         if self.model_type == "deepseek_v4":
@@ -295,7 +365,7 @@ def config_from_dict(data: dict, *, name: str, source: str) -> ModelConfig:
     if known.get("compress_ratios") is not None and not isinstance(known["compress_ratios"], list):
         raise ConfigError(source, "compress_ratios", "must be a list of integers, got "
                           f"{checks.show(known['compress_ratios'])}")
-    if model_type == "deepseek_v3" and known.get("q_lora_rank") == 0 and not isinstance(known["q_lora_rank"], bool):
+    if model_type in MLA_MODEL_TYPES and known.get("q_lora_rank") == 0 and not isinstance(known["q_lora_rank"], bool):
         known["q_lora_rank"] = None  # V3-Lite style: no low-rank query projection
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "qk_rope_head_dim"):

@@ -138,7 +138,7 @@ import pandas as pd
 from pdcalc import measurements
 from pdcalc import throughput as tput
 from pdcalc.checks import InputError, boolean, fraction, integer, number, show, text, tp_problem
-from pdcalc.errors import LayoutError
+from pdcalc.errors import LayoutError, PdcalcError
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.kv_cache import kv_bytes
@@ -215,7 +215,7 @@ class Setup:
     :class:`pdcalc.checks.InputError`; names (model, card, scheme, engine) are resolved when planning."""
 
     model: str | Path = "deepseek-v4-flash"   # preset or config.json
-    quant: str = "w8a8"                       # weights as stored (pdcalc.quant)
+    quant: str | None = None                  # weights as stored (pdcalc.quant); None: quant.default_scheme
     weights_model: str | Path | None = None   # inventory that sizes the weights (e.g. an article preset); None: model
     weights_quant: str | None = None          # scheme for weights_model; None: quant
     card: str | Path = "ascend-910b2"         # card preset or hardware TOML
@@ -248,6 +248,13 @@ class Setup:
 
     def __post_init__(self):
         put = object.__setattr__
+        if self.quant is None:
+            from pdcalc.quant import default_scheme
+
+            try:
+                put(self, "quant", default_scheme(self.model))
+            except PdcalcError:  # a bad model name: reported when planning, with the other names
+                put(self, "quant", "w8a8")
         put(self, "cards", integer("cards", self.cards, low=2, high=MAX_CARDS))
         put(self, "mtp", boolean("mtp", self.mtp))
         put(self, "use_all_cards", boolean("use_all_cards", self.use_all_cards))

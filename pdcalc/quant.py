@@ -5,11 +5,16 @@ element dtype and, for block-quantized formats, how many scale values accompany 
 
 - ``block``: one scale per ``b x b`` tile of a 2-D weight (FP8 with 128 x 128 blocks);
 - ``mx``: one scale per ``b`` consecutive elements along the input dimension (MXFP4, b = 32);
-- ``channel``: ``n`` scale-like values per output row (int8 per-channel scale and offset).
+- ``channel``: ``n`` scale-like values per output row (int8 per-channel scale and offset), or one value of
+  each dtype in ``scale_dtypes`` per row (a loader that keeps its scales in more than one dtype).
+
+A rule may also match on the tensor's module name (its name without ``.weight``) with shell-style globs,
+``names`` to include and ``exclude`` to leave out, as quantization recipes select layers; and keep
+``copies``, whole extra copies of the tensor in other dtypes that a loader creates beside it.
 
 Bytes of a tensor:
 
-.. math:: B = N\\,s_\\text{dtype} + N_\\text{scales}\\,s_\\text{scale}
+.. math:: B = N\\,s_\\text{dtype} + N_\\text{scales}\\,s_\\text{scale} + N \\sum_\\text{copies} s_\\text{copy}
 
 Sources are given per scheme; where a detail is an assumption rather than a documented fact, the
 rule's ``note`` says so.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 import pandas as pd
 
@@ -40,6 +46,19 @@ class Rule:
     scale_dtype: str = "fp32"
     fallback: str = "bf16"             # used when dtype is None and the tensor fixes none
     note: str = ""
+    names: tuple[str, ...] | None = None  # globs on the module name the rule is limited to (None: any)
+    exclude: tuple[str, ...] = ()      # globs on the module name the rule leaves to the next rules
+    scale_dtypes: tuple[str, ...] = ()  # channel scales: one value of each of these dtypes per row
+    copies: tuple[str, ...] = ()       # extra whole copies of the tensor the loader keeps, by dtype
+    source: str = ""                   # where the rule comes from
+
+    def matches(self, t: Tensor) -> bool:
+        if self.roles is not None and t.role not in self.roles:
+            return False
+        module = t.name.removesuffix(".weight")
+        if self.names is not None and not any(fnmatchcase(module, g) for g in self.names):
+            return False
+        return not any(fnmatchcase(module, g) for g in self.exclude)
 
 
 @dataclass(frozen=True)
@@ -50,10 +69,14 @@ class Scheme:
     description: str
     source: str
     rules: tuple[Rule, ...]
+    #: The MTP draft holds its own copies of the embedding and the output head (in ``vocab_dtype``) instead
+    #: of sharing the main model's; counted per card by :func:`pdcalc.memory.card_weights` when MTP is loaded.
+    mtp_vocab_copies: bool = False
+    vocab_dtype: str = "bf16"
 
     def rule_for(self, t: Tensor) -> Rule:
         for r in self.rules:
-            if r.roles is None or t.role in r.roles:
+            if r.matches(t):
                 return r
         raise LookupError(f"scheme {self.name!r} has no rule for role {t.role!r}")
 
@@ -73,14 +96,18 @@ class Scheme:
         if r.scale == "mx":
             return lead * out * math.ceil(inn / r.scale_block)
         if r.scale == "channel":
-            return lead * out * r.scale_block
+            return lead * out * (len(r.scale_dtypes) or r.scale_block)
         raise ValueError(f"unknown scale kind {r.scale!r}")
 
     def tensor_bytes(self, t: Tensor) -> float:
         """Bytes of all instances of ``t``: weights plus scales."""
         r = self.rule_for(t)
-        one = t.numel * dtype_bytes(self.dtype_for(t)) + self.scale_count(t) * dtype_bytes(r.scale_dtype)
-        return one * t.count
+        if r.scale_dtypes:
+            scales = self.scale_count(t) / len(r.scale_dtypes) * sum(dtype_bytes(d) for d in r.scale_dtypes)
+        else:
+            scales = self.scale_count(t) * dtype_bytes(r.scale_dtype)
+        copies = t.numel * sum(dtype_bytes(d) for d in r.copies)
+        return (t.numel * dtype_bytes(self.dtype_for(t)) + scales + copies) * t.count
 
 
 _ALL_LINEAR = ("linear", "linear_wo_a", "linear_bf16", "expert")
@@ -151,11 +178,62 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
             Rule(None, None, fallback="bf16"),
         ),
     ),
+    Scheme(
+        name="w8a8-msmodelslim",
+        description="DeepSeek-V4-Flash-w8a8-mtp as msModelSlim's V4-Flash recipe writes it and vllm-ascend loads it: "
+                    "attention and FFN linear layers in int8 (W8A8_DYNAMIC) except wo_a, wo_b, the compressors, the "
+                    "indexer's weights_proj and the router, which stay BF16 like the MTP projections, embedding and "
+                    "head; on the card each int8 row carries a BF16 scale and offset and an fp32 copy of the scale "
+                    "(routed experts' w2: no fp32 copy), the router an fp32 copy of itself, and the MTP draft its "
+                    "own BF16 embedding and head",
+        source="Ascend/msmodelslim@3de0a3c4 lab_practice/deepseek_v4/deepseek_v4_flash_w8a8.yaml L17-67 (per-channel "
+               "int8 weights, include *attn* / *ffn*, excludes) and msmodelslim/model/deepseek_v4/mtp_quant_module.py "
+               "L140-141 (the MTP's emb and head written as copies); vllm-project/vllm-ascend@182b75ea "
+               "vllm_ascend/quantization/methods/w8a8_dynamic.py L72-82, L161, L202-221, L354; "
+               "vllm_ascend/ops/linear.py L94-96 with models/deepseek_v4/model.py L282 (router fp32 copy); "
+               "spec_decode/llm_base_proposer.py L417-418, L475-478 (the MTP embedding is not shared when the config "
+               "has compress_ratios; the head only if bit-identical, which msModelSlim's norm folding prevents: "
+               "model_adapter.py L394, L456)",
+        rules=(
+            Rule(("expert",), "int8", "channel", 2, names=("*ffn*.w2",), scale_dtypes=("bf16", "bf16"),
+                 source="w8a8_dynamic.py L214-221: w2_weight_scale / w2_weight_offset [E, H, 1] in the BF16 "
+                        "params_dtype; no fp32 copy"),
+            Rule(("expert",), "int8", "channel", 3, names=("*ffn*",), scale_dtypes=("bf16", "bf16", "fp32"),
+                 source="w8a8_dynamic.py L214-221, L354: w13 scale and offset in BF16 plus w13_weight_scale_fp32"),
+            Rule(("linear", "linear_wo_a", "linear_bf16"), "int8", "channel", 3, names=("*attn*",),
+                 exclude=("*wo_a", "*wo_b", "*compressor.wgate", "*compressor.wkv", "*indexer.weights_proj",
+                          "*indexer.compressor.wgate", "*indexer.compressor.wkv"),
+                 scale_dtypes=("bf16", "bf16", "fp32"),
+                 source="recipe L50-61; w8a8_dynamic.py L72-82 (int8 weight, BF16 weight_scale and weight_offset "
+                        "[out, 1]) and L161 (weight_scale_fp32)"),
+            Rule(("linear",), "int8", "channel", 3, names=("*ffn*",), exclude=("*gate",),
+                 scale_dtypes=("bf16", "bf16", "fp32"), source="recipe L62-67 (shared experts)"),
+            Rule(("router",), "bf16", copies=("fp32",),
+                 source="recipe L67 (exclude *gate: FLOAT); ops/linear.py L94-96 weight_fp32 = weight.to(float32)"),
+            Rule(None, None, fallback="bf16",
+                 note="FLOAT in quant_model_description.json: the reference dtype (fp32 mHC, sink, ape, router "
+                      "bias; int32 hash table), BF16 otherwise",
+                 source="vllm_ascend/quantization/modelslim_config.py L731-740, L776-806 (FLOAT layers unquantized)"),
+        ),
+        mtp_vocab_copies=True,
+    ),
 )}
 
 
+#: The scheme of the DeepSeek-V4-Flash W8A8 checkpoint (``DeepSeek-V4-Flash-w8a8-mtp``) as vllm-ascend loads it.
+V4_ASCEND_W8A8 = "w8a8-msmodelslim"
+
+
+def default_scheme(model) -> str:
+    """The W8A8 scheme a model's Ascend checkpoint is modelled with: :data:`V4_ASCEND_W8A8` for DeepSeek-V4
+    (its msModelSlim recipe is published), the generic ``w8a8`` (every linear layer int8) otherwise."""
+    cfg = get_inventory(model).config
+    return V4_ASCEND_W8A8 if cfg is not None and cfg.model_type == "deepseek_v4" else "w8a8"
+
+
 def get_scheme(name: str | Scheme) -> Scheme:
-    """A scheme by name (``bf16``, ``fp16-all``, ``article-1byte``, ``fp8``, ``fp8-fp4``, ``w8a8``)."""
+    """A scheme by name (``bf16``, ``fp16-all``, ``article-1byte``, ``fp8``, ``fp8-fp4``, ``w8a8``,
+    ``w8a8-msmodelslim``)."""
     if isinstance(name, Scheme):
         return name
     try:

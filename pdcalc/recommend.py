@@ -40,6 +40,7 @@ from pdcalc.deployment import get_deployment
 from pdcalc.errors import PdcalcError
 from pdcalc.hardware import get_card
 from pdcalc.memory import MemoryPlan, card_weights
+from pdcalc.quant import V4_ASCEND_W8A8
 from pdcalc.plan import (CONSTRAINTS, TPOT_SLO_ID, USER_SPEED_ID, Plan, Setup, Targets, Workload,  # noqa: F401
                          aggregated_label, card_plans, default_targets, evaluate_split, plan, seq_kv_bytes, split_label,
                          weights_log)
@@ -624,7 +625,7 @@ def _row(name: str, r, *, pd_split: bool) -> dict:
 _DEFAULT = object()
 
 
-def recommend(model="deepseek-v4-flash", quant: str = "w8a8", card="ascend-910b2", cards: int = 64, *,
+def recommend(model="deepseek-v4-flash", quant: str = V4_ASCEND_W8A8, card="ascend-910b2", cards: int = 64, *,
               prompt_tokens: int, output_tokens: int, concurrency: int | None = None,
               rate_per_s: float | None = None, ttft_s=_DEFAULT, tpot_s=_DEFAULT, mtp: bool = True,
               utilization: float = 0.9, tp_options=(1,), measured_weights: bool = True,

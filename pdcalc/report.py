@@ -54,7 +54,8 @@ def layer_table(model: str, layer: int) -> pd.DataFrame:
 
 
 def layer_kinds(model: str) -> pd.DataFrame:
-    """V4: how many main-model layers of each kind (compression ratio, routing) and their parameters."""
+    """How many main-model layers of each kind and their parameters: V4 by compression ratio and routing,
+    the MLA types by attention (with or without an indexer) and FFN (dense or routed)."""
     inv = get_inventory(model)
     cfg = inv.config
     df = inv.frame()
@@ -62,6 +63,11 @@ def layer_kinds(model: str) -> pd.DataFrame:
     per_layer = main.groupby("layer")["params"].sum()
     rows = []
     for i in range(cfg.num_hidden_layers):
+        if cfg.mla:
+            kind = "MLA + indexer" if cfg.sparse else "MLA"
+            routing = "learned" if cfg.is_moe_layer(i) else "none (dense FFN)"
+            rows.append({"attention": kind, "routing": routing, "params per layer": int(per_layer[i])})
+            continue
         r = cfg.compress_ratio(i)
         kind = "sliding window only" if r == 0 else f"compressed {r}:1" + (" + indexer" if r == 4 else "")
         routing = "hash" if i < cfg.num_hash_layers else "learned"
@@ -669,3 +675,146 @@ def errata_brief(page: str | None = None):
              "where": [f'<span style="white-space:nowrap">{html.escape(w)}</span>' for w in df["where"]]}
     return HTML(table(df, caption="the articles' most consequential errata, most severe first",
                       csv_name="errata", cell_html=cells).data)
+
+
+# ------------------------------------------------------------------------------ any model type
+def _kb(x: float, decimals: int = 3) -> str:
+    return f"{x / 1e3:,.{decimals}f}"
+
+
+def kv_cache_story(model, engine: str, *, article_upper_kb=None) -> str:
+    """What ``model`` really caches, in a paragraph for the KV chapter (markdown), from its config.
+
+    DeepSeek-V4: the sliding window, compressed and indexer caches by layer kind; the MLA types: one latent
+    plus the RoPE key per token and layer (V3.2: and the indexer's key). ``article_upper_kb``: the V4
+    article's uncompressed upper bound, set against the real uncompressed cache of a V4 model.
+    """
+    from pdcalc.kv_cache import indexer_entry_bytes
+    from pdcalc.model import load_config
+
+    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    name = f"`{cfg.name}` ({cfg.model_type})"
+    mtp = cfg.num_nextn_predict_layers
+    tail = (f"Every cache of every layer kind, as {engine} stores it page by page (see {{py:mod}}`pdcalc.kv_cache` "
+            "for the source of every entry size):")
+    if cfg.model_type == "deepseek_v4":
+        ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
+        small, large = min(r for r in ratios if r), max(ratios)
+        entry = cfg.head_dim * 2
+        upper = cfg.num_hidden_layers * entry
+        versus = f", not {article_upper_kb}" if article_upper_kb is not None else ""
+        return (f"{name} has no per-token latent on every layer. Every layer keeps a sliding window of the last "
+                f"{cfg.sliding_window} raw entries; {ratios.count(small)} layers ({{term}}`CSA`) also keep one "
+                f"compressed entry per {small} tokens and an {{term}}`indexer` entry that selects which of them to "
+                f"read; {ratios.count(large)} layers ({{term}}`HCA`) keep one compressed entry per {large} tokens; "
+                f"{ratios.count(0)} layers" + (" (and the MTP layer)" if mtp else "") + " keep only the window; the "
+                "compressors keep a small rolling state (the ratios are `compress_ratios` of `config.json`). A raw "
+                f"entry is one {cfg.head_dim}-dimensional vector with the RoPE dimensions inside it ({_kb(entry)} KB "
+                f"in BF16), so even an uncompressed cache would be {_kb(upper, 1)} KB per token{versus}. " + tail)
+    latent = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2
+    layers = f"{cfg.num_hidden_layers} layers" + (f" (and its {mtp} MTP layer{'s' if mtp > 1 else ''})" if mtp else "")
+    text = (f"{name} uses {{term}}`MLA`: on each of its {layers} it caches, per token, one "
+            f"{cfg.kv_lora_rank}-dimensional latent and a {cfg.qk_rope_head_dim}-dimensional RoPE key "
+            f"({_kb(latent)} KB in BF16, {_kb(latent * cfg.num_hidden_layers, 1)} KB per token over the main "
+            "model). Nothing is windowed or compressed, so every token of context adds the same bytes and "
+            "nothing is fixed per sequence. ")
+    if cfg.sparse:
+        text += (f"Its lightning {{term}}`indexer` adds one {cfg.index_head_dim}-value key per token and layer "
+                 f"({indexer_entry_bytes(cfg, engine):,.0f} B in {engine}) and selects the {cfg.index_topk:,} "
+                 "tokens each query attends to, which bounds what a decode step reads but not what is stored. ")
+    return text + tail
+
+
+def block_story(model, *, article_o_rank=None) -> str:
+    """The official block of ``model`` against the V4 article's drawing, in a paragraph (markdown);
+    ``article_o_rank``: the article's output-group rank, set against a V4 model's."""
+    from pdcalc.model import load_config
+
+    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    if cfg.model_type == "deepseek_v4":
+        ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
+        theirs = article_o_rank if article_o_rank is not None else "the article's"
+        return (f"The official block differs in three ways: there is no `wkv_b` (the single KV head, "
+                f"{cfg.head_dim} wide, is read directly as key and value), the output groups have rank "
+                f"{cfg.o_lora_rank} rather than {theirs}, and {sum(1 for r in ratios if r)} of the "
+                f"{cfg.num_hidden_layers} layers add a KV compressor, {ratios.count(4)} of them a sparse-attention "
+                f"{{term}}`indexer`. The first {cfg.num_hash_layers} layers route by a token-id hash table instead "
+                "of the learned router. The official main model therefore has these kinds of block:")
+    dense = sum(1 for i in range(cfg.num_hidden_layers) if not cfg.is_moe_layer(i))
+    q = (f"a low-rank query (rank {cfg.q_lora_rank})" if cfg.q_lora_rank else "a full-rank query projection `wq`")
+    parts = [f"`{cfg.name}` ({cfg.model_type}) is an {{term}}`MLA` model like the article's drawing: {q}, a "
+             f"{cfg.kv_lora_rank}-wide KV latent with its up-projection `wkv_b`, {cfg.num_attention_heads} heads; "
+             "it has no mHC mixing and no KV compressor."]
+    if cfg.sparse:
+        parts.append(f"Every layer adds a lightning {{term}}`indexer` ({cfg.index_n_heads} heads of "
+                     f"{cfg.index_head_dim}) that picks {cfg.index_topk:,} tokens per query.")
+    first = "Its first layer has" if dense == 1 else f"Its first {dense} layers have"
+    parts.append(f"{first} a dense FFN and the other "
+                 f"{cfg.num_hidden_layers - dense} a MoE layer of {cfg.n_routed_experts} routed"
+                 + (f" and {cfg.n_shared_experts} shared" if cfg.n_shared_experts else "")
+                 + f" experts, {cfg.num_experts_per_tok} chosen per token by a {cfg.scoring_func} router"
+                 + (" with a score-correction bias" if cfg.router_bias else "") + ". Its kinds of block:")
+    return " ".join(parts)
+
+
+def example_layer(model) -> tuple[int, str]:
+    """A representative main-model layer of ``model`` and what it shows: V4, the first ratio-4 layer
+    (compressor and indexer); the MLA types, the first MoE layer."""
+    from pdcalc.model import load_config
+
+    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    if cfg.model_type == "deepseek_v4":
+        i = next((i for i in range(cfg.num_hidden_layers) if cfg.compress_ratio(i) == 4), 0)
+        return i, f"an official block with a 4:1 compressor and an indexer (layer {i})"
+    i = next((i for i in range(cfg.num_hidden_layers) if cfg.is_moe_layer(i)), 0)
+    return i, f"an official MoE block (layer {i})" + (", with its indexer" if cfg.sparse else "")
+
+
+def other_model_note(model, chapter_model: str = "deepseek-v4-flash") -> str | None:
+    """A note for a chapter re-run on a model other than the one its article describes (markdown), or None.
+
+    The article's numbers are audited against the official ``chapter_model`` whatever the run's model, so
+    the verdicts stand; the tables, charts and sentences built from the run's model describe that model.
+    """
+    from pdcalc.model import load_config
+
+    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    ref = load_config(chapter_model)
+    if cfg.name == ref.name:
+        return None
+    return (f"```{{admonition}} This page describes `{cfg.name}` ({cfg.model_type})\n:class: note\n"
+            f"It was re-run with `model` = `{cfg.name}`. The tables, charts and sentences built from `model` describe "
+            f"that model, its {cfg.num_hidden_layers} layers and {cfg.n_routed_experts} routed experts. The "
+            f"article's printed numbers are still checked against the official `{ref.name}`, which is what the "
+            "article describes, so the verdicts and the audit are those of the published page.\n```")
+
+
+def architecture_findings(model, *, article_o_rank, quant: str) -> dict[str, str]:
+    """The model-dependent findings of the architecture chapter (markdown), keyed ``card``, ``block``, ``mtp``."""
+    from pdcalc.model import load_config
+    from pdcalc.quant import weight_bytes
+
+    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    counts = get_inventory(model).counts()
+    total, active = f"{counts.total / 1e9:.2f}", f"{counts.activated / 1e9:.2f}"
+    mtp_gb = weight_bytes(model, quant, part="mtp") / 1e9
+    main_gb = weight_bytes(model, quant) / 1e9
+    if cfg.model_type == "deepseek_v4":
+        ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
+        card = (f"**The model card holds, except for its KV cache.** The official model has {total} billion "
+                f"parameters in its main model and activates {active} billion per token, as §1.2 says")
+        block = (f"**The article's block is not V4's.** Its attention has a `wkv_b` that V4 does not have and output "
+                 f"groups of rank {article_o_rank} instead of {cfg.o_lora_rank}; {sum(1 for r in ratios if r)} of the "
+                 f"{cfg.num_hidden_layers} official layers add a KV compressor")
+    else:
+        card = (f"**`{cfg.name}` has {total} billion parameters in its main model** and activates {active} "
+                "billion per token")
+        block = (f"**`{cfg.name}` is an MLA model ({cfg.model_type}):** {cfg.num_hidden_layers} layers with a "
+                 f"`wkv_b` up-projection, {cfg.n_routed_experts} routed experts, no mHC and no compressor"
+                 + ("; a lightning indexer on every layer" if cfg.sparse else ""))
+    if mtp_gb:
+        mtp = (f"**The checkpoint carries an MTP module the article leaves out:** {mtp_gb:.2f} GB beside the "
+               f"{main_gb:.2f} GB main model")
+    else:
+        mtp = f"**This config declares no MTP module:** the main model is {main_gb:.2f} GB as {quant}"
+    return {"card": card, "block": block, "mtp": mtp}

@@ -430,7 +430,7 @@ def _name_or_path(name: str, value: Any, what: str) -> str:
 def _model_types_named(comment: str) -> set[str]:
     from pdcalc.model import SUPPORTED_MODEL_TYPES
 
-    return {t for t in SUPPORTED_MODEL_TYPES if t in comment}
+    return {t for t in SUPPORTED_MODEL_TYPES if re.search(rf"\b{t}\b", comment)}
 
 
 def _official_model(name: str, value: Any, values: dict, params: dict) -> Any:

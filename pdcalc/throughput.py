@@ -1,7 +1,8 @@
 """Step time and throughput of a DeepSeek MoE model on a parallel layout: a roofline with communication.
 
-Two architectures: DeepSeek-V3 (``model_type`` "deepseek_v3": MLA + MoE) and DeepSeek-V4 ("deepseek_v4":
-hybrid sliding-window / compressed attention with an indexer, MoE with hash-routed first layers).
+Two architectures: MLA + MoE (DeepSeek-V2, V3, Kimi-K2, and DeepSeek-V3.2 with the lightning indexer of
+DeepSeek Sparse Attention: :attr:`pdcalc.model.ModelConfig.mla`) and DeepSeek-V4 ("deepseek_v4": hybrid
+sliding-window / compressed attention with an indexer, MoE with hash-routed first layers).
 
 One *step* is one forward pass of the whole deployment: in prefill a batch of prompts, in decode one
 new token for every sequence in flight. Per card, three times are compared:
@@ -76,7 +77,7 @@ from pdcalc.errors import ConfigError, LayoutError, UnknownNameError
 from pdcalc.flops import hybrid_attention_flops, layer_ratios, sum_capped_floor
 from pdcalc.hardware import Card, get_card
 from pdcalc.inventory import get_inventory
-from pdcalc.kv_cache import ENGINES, engine_layout, mla_bytes_per_token
+from pdcalc.kv_cache import ENGINES, engine_layout, indexer_entry_bytes, mla_bytes_per_token
 from pdcalc.model import ModelConfig
 from pdcalc.checks import tp_problem
 from pdcalc.memory import card_weights
@@ -94,6 +95,7 @@ COMPUTE_DTYPE: dict[str, str] = {
     "fp8": "fp8",
     "fp8-fp4": "fp8",
     "w8a8": "int8",
+    "w8a8-msmodelslim": "int8",
     "article-1byte": "int8",
 }
 
@@ -112,7 +114,7 @@ DEFAULT_V4_ENGINE = "vllm-ascend"  # engine whose KV layout a DeepSeek-V4 step r
 #: each other (for comparison).
 OVERLAP_MODELS = ("published", "ideal")
 DEFAULT_OVERLAP_MODEL = "published"
-MODEL_TYPES = ("deepseek_v3", "deepseek_v4")
+MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "deepseek_v4")
 
 
 # ------------------------------------------------------------------------------ model structure
@@ -120,7 +122,7 @@ MODEL_TYPES = ("deepseek_v3", "deepseek_v4")
 class _Split:
     """Parameters of the main model by how a step uses them (MTP layers excluded)."""
 
-    model_type: str        # "deepseek_v3" or "deepseek_v4"
+    model_type: str        # the config's model_type (MODEL_TYPES)
     layers: int            # transformer blocks
     moe_layers: int        # blocks with a routed MoE FFN
     heads: int             # query heads
@@ -139,7 +141,14 @@ class _Split:
     config: ModelConfig | None = None  # the model's config (V4 attention reads it)
     c4_layers: int = 0     # V4: ratio-4 layers (with an indexer)
     o_groups: int | None = None       # V4: groups of the grouped output projection
-    index_heads: int | None = None    # V4: indexer query heads
+    index_heads: int | None = None    # V4, V3.2: indexer query heads
+    index_dim: int | None = None      # V3.2: indexer head width
+    index_topk: int | None = None     # V3.2: tokens the indexer selects per query
+
+    @property
+    def sparse(self) -> bool:
+        """MLA with DeepSeek Sparse Attention (V3.2): a lightning indexer over the whole context."""
+        return self.index_dim is not None and not self.v4
 
     @property
     def v4(self) -> bool:
@@ -165,8 +174,8 @@ def _build_split(model) -> _Split:
     cfg = inv.config
     if cfg is None or cfg.model_type not in MODEL_TYPES:
         raise ConfigError(str(getattr(inv, "name", model)), "model_type",
-                          "the throughput model covers models with a config of model_type 'deepseek_v3' (MLA) "
-                          "or 'deepseek_v4' (hybrid attention)")
+                          "the throughput model covers models with a config of model_type "
+                          + ", ".join(repr(t) for t in MODEL_TYPES))
     repl = tp = head = routed = 0
     for t in inv.tensors:
         if t.part != "main" or t.category in ("embedding", "hash_routing"):   # lookups: one row per token
@@ -186,7 +195,10 @@ def _build_split(model) -> _Split:
                   n_experts=cfg.n_routed_experts, top_k=cfg.num_experts_per_tok, replicated=repl, tp_split=tp,
                   head=head, routed=routed, activated=inv.activated(), config=cfg,
                   c4_layers=dict(layer_ratios(cfg)).get(4, 0) if v4 else 0,
-                  o_groups=cfg.o_groups if v4 else None, index_heads=cfg.index_n_heads if v4 else None)
+                  o_groups=cfg.o_groups if v4 else None,
+                  index_heads=cfg.index_n_heads if v4 or cfg.sparse else None,
+                  index_dim=cfg.index_head_dim if cfg.sparse else None,
+                  index_topk=cfg.index_topk if cfg.sparse else None)
 
 
 def _check_phase(phase: str) -> str:
@@ -222,6 +234,20 @@ def attention_flops_per_token(model, context, *, phase: str = "decode"):
 
     ``context`` is the KV length ``L`` in decode and the prompt length in prefill (arrays welcome).
 
+    DeepSeek-V3.2 (DeepSeek Sparse Attention): the lightning indexer scores all ``L`` cached index keys with
+    ``n_I`` heads of width ``d_I``, and MLA attends in the absorbed (MQA) form to the ``K = index_topk`` keys
+    it selects. In prefill a query ``i`` takes the cheaper of that and the masked MHA mode DeepSeek runs
+    for short sequences (the naive form over all ``i`` keys):
+
+    .. math::
+
+       F_\\text{decode}(L) = n_\\text{layers} \\bigl[b \\min(L, K) + 2 n_I d_I L\\bigr],
+       \\qquad
+       F_\\text{prefill}(L) = \\frac{n_\\text{layers}}{L} \\sum_{i=1}^{L} \\bigl[\\min\\bigl(a\\,i,\\;
+       b \\min(i, K)\\bigr) + 2 n_I d_I\\, i\\bigr]
+
+    with ``b = 2h(2 d_c + d_R)`` and ``a = 2h(d_\\text{nope} + d_R + d_v)``.
+
     DeepSeek-V4 (hybrid attention, :func:`pdcalc.flops.hybrid_attention_flops`): the query attends to
     ``k(L)`` keys of one shared 512-wide latent on every layer (window, selected or all compressed
     entries), and on ratio-4 layers the indexer scores all ``L / 4`` compressed entries. Decode counts
@@ -236,6 +262,10 @@ def attention_flops_per_token(model, context, *, phase: str = "decode"):
     (``L`` in whole tokens for V4.)
 
     Source: deepseek-ai/DeepSeek-V3 ``inference/model.py``, ``MLA.forward`` (the einsums of both branches);
+    deepseek-ai/DeepSeek-V3.2-Exp ``inference/model.py``, ``Indexer.forward`` (``index_score`` over
+    ``k_cache[:bsz, :end_pos]``, ``topk(min(index_topk, end_pos))``) and ``MLA.forward`` (the index mask);
+    the DeepSeek-V3.2-Exp report (deepseek-ai/DeepSeek-V3.2-Exp ``DeepSeek_V3_2.pdf``): DSA is instantiated
+    on MLA's MQA mode, and "for short-sequence prefilling, we specially implement a masked MHA mode";
     deepseek-ai/DeepSeek-V4-Flash ``inference/model.py``, ``Attention.forward``, ``Indexer.forward``.
     """
     s, phase = _split(model), _check_phase(phase)
@@ -243,11 +273,32 @@ def attention_flops_per_token(model, context, *, phase: str = "decode"):
     if s.v4:
         attn, index = hybrid_attention_flops(s.config, L, phase=phase)
         f = attn + index if phase == "decode" else (attn + index) / L
+    elif s.sparse:
+        K = float(s.index_topk)
+        b = 2 * s.heads * (2 * s.kv_lora_rank + s.rope)       # absorbed (MQA) form, per selected key
+        per_index_key = 2 * s.index_heads * s.index_dim
+        if phase == "decode":
+            f = s.layers * (b * np.minimum(L, K) + per_index_key * L)
+        else:
+            f = s.layers * (_sparse_prefill_mean(np.floor(L), K, b, 2 * s.heads * (s.nope + s.rope + s.v_head))
+                            + per_index_key * (np.floor(L) + 1) / 2)
     elif phase == "decode":
         f = s.layers * 2 * s.heads * L * (2 * s.kv_lora_rank + s.rope)
     else:
         f = s.layers * 2 * s.heads * (L + 1) / 2 * (s.nope + s.rope + s.v_head)
     return _out(f, np.ndim(context) == 0)
+
+
+def _sparse_prefill_mean(n, K: float, b: float, a: float):
+    """Mean over queries ``i = 1..n`` of ``min(a i, b min(i, K))``: the cheaper of masked MHA over all ``i``
+    keys (``a`` per key) and sparse MQA over the ``min(i, K)`` selected keys (``b`` per key)."""
+    m = np.minimum(n, K)
+    head = min(a, b) * m * (m + 1) / 2                       # i <= K: every key is selected
+    i_star = max(K, np.floor(b * K / a))                      # beyond K, MHA is cheaper up to i*
+    u = np.clip(n, K, i_star)
+    mid = a * (u * (u + 1) / 2 - K * (K + 1) / 2)             # K < i <= min(n, i*): masked MHA
+    tail = b * K * np.maximum(n - np.maximum(u, K), 0)        # i > i*: sparse MQA on K keys
+    return (head + mid + tail) / n
 
 
 def flops_per_token(model, context, *, phase: str = "decode"):
@@ -328,6 +379,16 @@ def kv_bytes_per_token(model, kv_bytes: float = DEFAULT_KV_BYTES) -> float:
     return mla_bytes_per_token(model, dtype_bytes=kv_bytes)
 
 
+def index_key_bytes_per_token(model) -> float:
+    """DeepSeek-V3.2: lightning-indexer key bytes of one token over all layers (0 without an indexer).
+
+    The reference layout (:func:`pdcalc.kv_cache.indexer_entry_bytes`): ``d_I`` FP8 values and one fp32
+    scale per 128 of them, 132 B per layer for V3.2-Exp.
+    """
+    s = _split(model)
+    return s.layers * indexer_entry_bytes(s.config, "reference") if s.sparse else 0.0
+
+
 @dataclass(frozen=True)
 class _KVKind:
     """The caches of one kind of DeepSeek-V4 main layer, as one engine stores them."""
@@ -389,6 +450,11 @@ def kv_read_bytes_per_sequence(model, context, *, phase: str = "decode", engine:
     DeepSeek-V3: the whole MLA cache in decode, the new tokens' entries in prefill, ``b_KV`` =
     :func:`kv_bytes_per_token` bytes each (``engine`` None or "reference").
 
+    DeepSeek-V3.2: in decode the ``min(L, K)`` latents the indexer selects and all ``L`` index keys
+    (:func:`index_key_bytes_per_token` ``b_I``); a prefill writes both for every token:
+
+    .. math:: B_\\text{read}(L) = \\min(L, K)\\,b_\\text{KV} + L\\,b_I, \\qquad B_\\text{write}(L) = L\\,(b_\\text{KV} + b_I)
+
     DeepSeek-V4: the new token reads only what it attends to and what its indexer scores, with the entry
     sizes ``e`` of ``engine``'s layout (:func:`pdcalc.kv_cache.engine_layout`; page padding is not
     read): on every layer the ``min(L, w)`` window entries, on a ratio-4 layer the ``min(L/4, K)``
@@ -416,8 +482,12 @@ def kv_read_bytes_per_sequence(model, context, *, phase: str = "decode", engine:
     engine = _engine(s, engine)
     L = _array(context, "context", 1)
     scalar = np.ndim(context) == 0
+    if s.sparse and phase == "decode":
+        n = np.floor(L)
+        return _out(np.minimum(n, s.index_topk) * kv_bytes_per_token(model, kv_bytes)
+                    + n * index_key_bytes_per_token(model), scalar)
     if not s.v4:
-        return _out(L * kv_bytes_per_token(model, kv_bytes), scalar)
+        return _out(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model)), scalar)
     n = np.floor(L)
     out = np.zeros(n.shape)
     for k in _v4_kv(model, engine):
@@ -435,7 +505,7 @@ def kv_stored_bytes_per_sequence(model, context, *, engine: str | None = None,
                                  kv_bytes: float = DEFAULT_KV_BYTES):
     """KV bytes one sequence of ``L`` tokens holds on a card (main layers; the cache is whole on every TP card).
 
-    DeepSeek-V3: ``L b_KV`` (:func:`kv_bytes_per_token`). DeepSeek-V4: every cache of ``engine``'s
+    DeepSeek-V3: ``L b_KV`` (:func:`kv_bytes_per_token`); V3.2 adds the index keys, ``L (b_KV + b_I)``. DeepSeek-V4: every cache of ``engine``'s
     layout, pages and padding included, MTP layer excluded, i.e.
     ``pdcalc.kv_cache.kv_bytes(model, L, engine, include_mtp=False).total_bytes``:
 
@@ -448,7 +518,7 @@ def kv_stored_bytes_per_sequence(model, context, *, engine: str | None = None,
     L = _array(context, "context", 1)
     scalar = np.ndim(context) == 0
     if not s.v4:
-        return _out(L * kv_bytes_per_token(model, kv_bytes), scalar)
+        return _out(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model)), scalar)
     n = np.floor(L).astype(np.int64)
     out = np.zeros(n.shape)
     for k in _v4_kv(model, engine):
@@ -1523,7 +1593,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     _check_int("tp", tp)
     _check_int("dp", dp)
     problem = tp_problem(tp, heads=s.heads, o_groups=s.o_groups if s.v4 else None,
-                         index_heads=s.index_heads if s.v4 else None)
+                         index_heads=s.index_heads)
     if problem:
         raise LayoutError(f"TP degree {problem}")
     engine = _engine(s, engine)
@@ -1577,10 +1647,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         base = place_experts(s.n_experts, ep).max_experts_per_card
         more = place_experts(s.n_experts, ep, redundant_experts).max_experts_per_card
         stored_w = stored_w + w.class_i_bytes * (more / base - 1)
-    if s.v4:
-        kv_held = S / dp * kv_stored_bytes_per_sequence(model, L, engine=engine)
-    else:
-        kv_held = S / dp * L * kv_bytes_per_token(model, kv_bytes)
+    kv_held = S / dp * kv_stored_bytes_per_sequence(model, L, engine=engine, kv_bytes=kv_bytes)
     stored = stored_w + kv_held
 
     if costs == "published":
@@ -1623,11 +1690,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
 
     # memory
     w_read = weight_bytes_per_card(model, quant, tp=tp, ep=ep, routed_tokens=T_g)
-    if s.v4:
-        kv_read = S_r * kv_read_bytes_per_sequence(model, L, phase=phase, engine=engine)
-    else:
-        b_kv_tok = kv_bytes_per_token(model, kv_bytes)
-        kv_read = S_r * L * b_kv_tok if phase == "decode" else T_r * b_kv_tok
+    kv_read = S_r * kv_read_bytes_per_sequence(model, L, phase=phase, engine=engine, kv_bytes=kv_bytes)
     bytes_card = w_read + kv_read
     memory_s = bytes_card / (c.hbm_bandwidth_bytes_per_s * mbu)
 

@@ -188,7 +188,7 @@ def test_number_fields_refuse_other_types(tmp_path, v3, field, value):
     ("torch_dtype", None, "must be a string"),
     ("quantization_config", [1, 2], "must be an object (a JSON {...} table) or null"),
     ("quantization_config", "fp8", "must be an object (a JSON {...} table) or null"),
-    ("model_type", ["deepseek_v3"], "supported: deepseek_v3, deepseek_v4"),
+    ("model_type", ["deepseek_v3"], "supported: deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, deepseek_v4"),
 ])
 def test_other_field_types(tmp_path, v3, field, value, allowed):
     v3[field] = value

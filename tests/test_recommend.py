@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from pdcalc.quant import V4_ASCEND_W8A8
 from pdcalc import measurements as M
 from pdcalc import recommend as R
 from pdcalc import throughput as tput
@@ -191,13 +192,13 @@ def test_plan_sizes_a_layout_from_its_log_only_when_asked():
     work = Workload(**R.article_workload(V4))
     measured = Setup(model=V4, cards=64, measured_weights=True)
     plain = Setup(model=V4, cards=64)
-    log = V.logged_weights(V4, "w8a8", ep=8, mtp=True)
+    log = V.logged_weights(V4, V4_ASCEND_W8A8, ep=8, mtp=True)
     for (pm, dm), (pp, dp_) in [(sides(measured, work), sides(plain, work))]:
         for a, b in zip(pm + dm, pp + dp_):
-            want = log.bytes if a.size == 8 and a.tp == 1 else card_weights(V4, "w8a8", ep=a.size, tp=a.tp,
+            want = log.bytes if a.size == 8 and a.tp == 1 else card_weights(V4, V4_ASCEND_W8A8, ep=a.size, tp=a.tp,
                                                                               mtp=True).total_bytes
             assert a.weights_bytes == pytest.approx(want, rel=1e-12)
-            assert b.weights_bytes == pytest.approx(card_weights(V4, "w8a8", ep=b.size, tp=b.tp, mtp=True).total_bytes)
+            assert b.weights_bytes == pytest.approx(card_weights(V4, V4_ASCEND_W8A8, ep=b.size, tp=b.tp, mtp=True).total_bytes)
     assert weights_log(plain, 8, 1) is None and weights_log(measured, 8, 1).id == V4_LOG
     assert weights_log(measured, 16, 1) is None
     with pytest.raises(InputError):
@@ -211,7 +212,7 @@ def test_measured_weights_change_the_p_card_by_the_logs_difference():
     rows = [evaluate_split(r.setup, work, p_instances=art.p_instances, p_size=art.p_size, d_instances=art.d_instances,
                            d_size=art.d_size) for r in (measured, plain)]
     (pm, dm), (pp, dp_) = (card_plans(r.setup, work, row) for r, row in zip((measured, plain), rows))
-    log = V.logged_weights(V4, "w8a8", ep=art.p_size, mtp=True)
+    log = V.logged_weights(V4, V4_ASCEND_W8A8, ep=art.p_size, mtp=True)
     assert pm.parts["weights"] == pytest.approx(log.bytes)
     assert pm.parts["weights"] - pp.parts["weights"] == pytest.approx(pp.free_bytes - pm.free_bytes)
     assert dm.parts == dp_.parts                                      # no log of the D32 layout

@@ -1,6 +1,7 @@
 import pandas as pd
 import pytest
 
+from pdcalc.quant import V4_ASCEND_W8A8
 from pdcalc import report
 from pdcalc.kv_cache import engine_layout
 from pdcalc.memory import card_weights, memory_plan
@@ -18,7 +19,7 @@ def test_kv_layout_table_totals_are_the_layout_totals(engine):
 
 
 def test_pd_memory_table_rows_add_up():
-    pw, dw = card_weights("deepseek-v4-flash", "w8a8", ep=8), card_weights("deepseek-v4-flash", "w8a8", ep=32)
+    pw, dw = card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8), card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=32)
     p = memory_plan("P", usable_bytes=60e9, capacity_bytes=64e9, weights=pw.total_bytes, kv_cache=1e9,
                     activations=2e9, framework=1.5e9)
     d = memory_plan("D", usable_bytes=60e9, capacity_bytes=64e9, weights=dw.total_bytes, kv_cache=20e9,
@@ -94,11 +95,11 @@ def test_placement_grid_lists_every_card_once_and_every_expert(ep):
 
 def test_cluster_summary_one_row_per_server_and_the_log_only_where_it_applies():
     dep = get_deployment("v4-flash-910b-pd")
-    s = report.cluster_summary(dep, V4, "w8a8")
-    full = report.cluster_map(dep, V4, "w8a8")
+    s = report.cluster_summary(dep, V4, V4_ASCEND_W8A8)
+    full = report.cluster_map(dep, V4, V4_ASCEND_W8A8)
     assert list(s["server"]) == list(range(dep["servers"]))
     assert s["cards"].map(lambda c: int(c.split("–")[1]) - int(c.split("–")[0]) + 1).sum() == len(full)
-    log = logged_weights(V4, "w8a8", ep=dep["prefill_dp"] * dep["prefill_tp"], mtp=True)
+    log = logged_weights(V4, V4_ASCEND_W8A8, ep=dep["prefill_dp"] * dep["prefill_tp"], mtp=True)
     p = s["instance"].str.startswith("P")
     assert (s.loc[p, "weights per card, engine log (GiB)"] == log.bytes / 2**30).all()
     assert s.loc[~p, "weights per card, engine log (GiB)"].isna().all()     # no log of the D layout
@@ -108,8 +109,8 @@ def test_cluster_summary_one_row_per_server_and_the_log_only_where_it_applies():
 
 
 def test_card_memory_table_parts_add_up_and_a_logged_column_has_only_totals():
-    w = card_weights(V4, "w8a8", ep=8, mtp=True)
-    log = logged_weights(V4, "w8a8", ep=8, mtp=True)
+    w = card_weights(V4, V4_ASCEND_W8A8, ep=8, mtp=True)
+    log = logged_weights(V4, V4_ASCEND_W8A8, ep=8, mtp=True)
     t = report.card_memory_table({"P": (w, budget("ascend-910b2", w.total_bytes)),
                                   "P, log": (log.bytes, budget("ascend-910b2", log.bytes))})
     cats = t.index[: list(t.index).index("weights, total")]
@@ -122,7 +123,7 @@ def test_card_memory_table_parts_add_up_and_a_logged_column_has_only_totals():
 
 
 def test_pd_memory_table_logged_swaps_the_weights_and_keeps_the_rest():
-    pw, dw = card_weights(V4, "w8a8", ep=8, mtp=True), card_weights(V4, "w8a8", ep=32, mtp=True)
+    pw, dw = card_weights(V4, V4_ASCEND_W8A8, ep=8, mtp=True), card_weights(V4, V4_ASCEND_W8A8, ep=32, mtp=True)
     p = memory_plan("P", usable_bytes=58e9, capacity_bytes=65e9, weights=pw.total_bytes, kv_cache=1e9,
                     activations=2e9, framework=1.5e9)
     d = memory_plan("D", usable_bytes=58e9, capacity_bytes=65e9, weights=dw.total_bytes, kv_cache=20e9,
@@ -139,7 +140,7 @@ def test_pd_memory_table_logged_swaps_the_weights_and_keeps_the_rest():
 
 
 def test_dp_sweep_table_the_log_at_its_layout_and_capacity_grows_with_dp():
-    common = dict(model=V4, quant="w8a8", card="ascend-910b2", engine="vllm-ascend", mtp=True, utilization=0.9,
+    common = dict(model=V4, quant=V4_ASCEND_W8A8, card="ascend-910b2", engine="vllm-ascend", mtp=True, utilization=0.9,
                   activation_bytes=2e9, framework_bytes=1.5e9, context=32768, p_cards=32)
     p = report.dp_sweep_table("P", [4, 8, 16], **common)
     assert p["logged weights (GiB)"].notna().tolist() == [False, True, False]
@@ -151,8 +152,8 @@ def test_dp_sweep_table_the_log_at_its_layout_and_capacity_grows_with_dp():
 
 
 def test_cluster_summary_experts_of_a_server_are_its_cards_ranges_joined():
-    s = report.cluster_summary(get_deployment("v4-flash-910b-pd"), V4, "w8a8")
-    full = report.cluster_map(get_deployment("v4-flash-910b-pd"), V4, "w8a8")
+    s = report.cluster_summary(get_deployment("v4-flash-910b-pd"), V4, V4_ASCEND_W8A8)
+    full = report.cluster_map(get_deployment("v4-flash-910b-pd"), V4, V4_ASCEND_W8A8)
     for _, row in s.iterrows():
         held = full[full["server"] == row["server"]]["experts"]
         lo, hi = (int(x) for x in row["experts of each layer on the server"].split("~"))

@@ -21,6 +21,7 @@ from test_page import page_text
 
 from pdcalc import rerun as rr
 from pdcalc.errors import MAX_MESSAGE, PdcalcError, UnknownNameError
+from pdcalc.quant import V4_ASCEND_W8A8
 
 pytest.importorskip("papermill")
 
@@ -212,7 +213,7 @@ def test_validate_converts_and_resolves(tmp_path, monkeypatch):
     ("per_card", {"tp_alt": 0}, rr.ParameterError, "parameter 'tp_alt': must be an integer in 1..65,536, got 0"),
     ("per_card", {"model": "deepseek-v4-flash-article"}, rr.ParameterError, "is an article's architecture"),
     ("per_card", {"quant": "int3"}, rr.ParameterError, "unknown quantization scheme 'int3'; known: article-1byte"),
-    ("architecture", {"model": "deepseek-v3"}, rr.ParameterError, "this chapter takes a deepseek_v4 model"),
+    ("transfer", {"model": "deepseek-v3"}, rr.ParameterError, "this chapter takes a deepseek_v4 model"),
     ("kv_memory", {"engine": "reference", "block_size": 64}, rr.ParameterError,
      "parameter 'block_size': 64 with engine 'reference': the reference implementation does not page"),
     ("kv_memory", {"engine": "sglang"}, rr.ParameterError, "unknown engine 'sglang'; known: reference, vllm"),
@@ -242,8 +243,8 @@ def test_validate_converts_and_resolves(tmp_path, monkeypatch):
     ("plan", {"concurrency": 64, "rate_per_s": 2.0}, rr.ParameterError, "parameter 'concurrency': give rate_per_s"),
     ("plan", {"card": str(FP16_ONLY)}, rr.ParameterError,
      f"parameter 'card': card '{FP16_ONLY}' defines peak FLOP/s for fp16 only; chapter plan computes prefill "
-     "and decode steps (pdcalc.throughput.step) with quant 'w8a8', which needs int8 (the linear layers of w8a8) "
-     "and bf16 (attention)"),
+     "and decode steps (pdcalc.throughput.step) with quant 'w8a8-msmodelslim', which needs int8 (the linear "
+     "layers of w8a8-msmodelslim) and bf16 (attention)"),
     ("plan", {"quant": "fp8"}, rr.ParameterError, "parameter 'quant': card 'ascend-910b2' defines peak FLOP/s"),
     ("transfer", {"card": "h800"}, rr.ParameterError,
      "parameter 'card': card 'h800' defines peak FLOP/s for bf16, fp16, fp8 only; chapter transfer computes the "
@@ -381,7 +382,7 @@ def test_new_card_and_decode_ep_change_the_tables_and_the_chart(changed_run):
     assert new["routed experts"][D] == pytest.approx(2 * old["routed experts"][D], rel=2e-3)  # D: 16 not 8 experts
     assert new["weights, total"][D] > old["weights, total"][D]
     assert new[usable_row][P] < old[usable_row][P]                         # a 32 GB card
-    d_weights = card_weights("deepseek-v4-flash", "w8a8", ep=16, mtp=True)
+    d_weights = card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=16, mtp=True)
     usable = budget("ascend-910b4-32g", d_weights.total_bytes, utilization=0.9).usable_bytes
     # chapters round what they print to 4 significant figures (pdcalc.precision)
     assert new[usable_row][D] == pytest.approx(usable / 2**30, rel=1e-3)

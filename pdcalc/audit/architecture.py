@@ -13,6 +13,7 @@ from pdcalc.registry import _REGISTRY, printed_value, recomputes
 from pdcalc.hardware import get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.model import load_config
+from pdcalc.quant import V4_ASCEND_W8A8
 from pdcalc.units import GB, GiB, MB, MiB
 
 _BEFORE = set(_REGISTRY)
@@ -235,11 +236,11 @@ def _v4_total_bytes():
 
 
 @recomputes("v4-1.2-bytes-per-param", "v4-1.4-bytes-per-param", "v4-5.2.1-bytes-per-param",
-            method="official model under the w8a8 scheme: bytes / parameters")
+            method=f"official model under the {V4_ASCEND_W8A8} scheme: bytes / parameters")
 def _v4_bpp():
     from pdcalc.quant import weight_bytes
 
-    return weight_bytes(V4, "w8a8") / _p(V4)
+    return weight_bytes(V4, V4_ASCEND_W8A8) / _p(V4)
 
 
 # ---- §1.3 shapes, checked against the official block
@@ -444,7 +445,7 @@ def _v4_mhc():
 def _class_ii_why():
     from pdcalc.quant import weight_bytes
 
-    ii_bytes = weight_bytes(V4, "w8a8") - weight_bytes(V4, "w8a8", category="routed_experts")
+    ii_bytes = weight_bytes(V4, V4_ASCEND_W8A8) - weight_bytes(V4, V4_ASCEND_W8A8, category="routed_experts")
     rows_527 = sum(printed_value(f"v4-5.2.7-{k}-bytes") for k in ("emb", "head", "mla", "shared", "router", "misc"))
     rows_14 = sum(printed_value(f"v4-1.4-{k}-bytes") for k in ("shared", "mla", "emb-head", "misc"))
     return (f"Parts that do not add up: the article's own class-II tensors total {_m(article_class_ii()):,.1f}M "

@@ -144,7 +144,12 @@ EXAMPLE_SRC_CARD = 0
 
 
 def example_dispatch(n_routed: int | None = None, ep: int = P_EP, hidden: int | None = None):
-    """The §4.3 example token's AllToAll on an EP group of ``ep`` cards (the article's own sizes by default)."""
+    """The §4.3 example token's AllToAll on an EP group of ``ep`` cards (the article's own sizes by default).
+
+    A model with too few routed experts to hold the article's example experts takes the article's own count.
+    """
+    if n_routed is not None and n_routed <= max(EXAMPLE_EXPERTS):
+        n_routed = None
     return dispatch(place_experts(n_routed or n_experts(), ep), list(EXAMPLE_EXPERTS), EXAMPLE_SRC_CARD,
                     hidden or printed_value("v4-4.3-hidden-dim"))
 
