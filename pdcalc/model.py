@@ -66,6 +66,28 @@ CONFIG_PRESETS: dict[str, dict[str, str]] = {
         "source": "Hugging Face deepseek-ai/DeepSeek-V4-Flash config.json (copy in "
                   "Mockingjay1316/deepseek-v4-flash-spark config.json, commit 135f0266)",
     },
+    "deepseek-v3.2-exp": {
+        "file": "deepseek_v32_exp_inference_config.json",
+        "source": "deepseek-ai/DeepSeek-V3.2-Exp@3b99a535 inference/config_671B_v3.2.json (DeepSeek's inference "
+                  "config, byte-exact; read as config.json fields by pdcalc.model.from_inference_config: no MTP "
+                  "module, as the reference Transformer builds none)",
+    },
+    "deepseek-v2": {
+        "file": "deepseek_v2_inference_config_236B.json",
+        "source": "deepseek-ai/DeepSeek-V3@9b4e9788 inference/configs/config_236B.json (DeepSeek's inference config "
+                  "of DeepSeek-V2, byte-exact; read by pdcalc.model.from_inference_config)",
+    },
+    "deepseek-v2-lite": {
+        "file": "deepseek_v2_lite_config.json",
+        "source": "Hugging Face deepseek-ai/DeepSeek-V2-Lite config.json (copy in Chenaldo/carvekv_code@17be7532 "
+                  "config.json, sha256 5f2f8805; its model.safetensors.index.json lists the reference's tensors)",
+    },
+    "kimi-k2": {
+        "file": "kimi_k2_config.json",
+        "source": "Hugging Face moonshotai/Kimi-K2-Instruct config.json (copy in ramanuja-ganesh-k/Create-Bot-V1@"
+                  "d9c745a3 config.json, sha256 a554ae3d, whose model_type was renamed; restored to kimi_k2, every "
+                  "other field as in the copy, line endings LF)",
+    },
 }
 
 
@@ -348,12 +370,61 @@ class ModelConfig:
 
 _FIELDS = {f for f in ModelConfig.__dataclass_fields__} - {"name", "source", "extra"}
 
+#: DeepSeek's own inference configs (``inference/configs/config_*.json``, the ``ModelArgs`` of the reference
+#: ``inference/model.py``) name the fields differently: their name -> the ``config.json`` name.
+INFERENCE_FIELDS: dict[str, str] = {
+    "vocab_size": "vocab_size", "dim": "hidden_size", "inter_dim": "intermediate_size",
+    "moe_inter_dim": "moe_intermediate_size", "n_layers": "num_hidden_layers", "n_dense_layers": "first_k_dense_replace",
+    "n_heads": "num_attention_heads", "n_routed_experts": "n_routed_experts", "n_shared_experts": "n_shared_experts",
+    "n_activated_experts": "num_experts_per_tok", "n_expert_groups": "n_group", "n_limited_groups": "topk_group",
+    "score_func": "scoring_func", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+    "index_n_heads": "index_n_heads", "index_head_dim": "index_head_dim", "index_topk": "index_topk",
+}
+
+
+def is_inference_config(data) -> bool:
+    """Whether ``data`` is one of DeepSeek's inference configs (``ModelArgs`` fields, no ``model_type``)."""
+    return isinstance(data, dict) and "model_type" not in data and "dim" in data and "n_layers" in data
+
+
+def from_inference_config(data: dict, source: str) -> dict:
+    """An inference config as the ``config.json`` fields of the same model, as the reference code reads it.
+
+    The type: ``deepseek_v32`` with an indexer (``index_n_heads``), else ``deepseek_v3`` for sigmoid routing
+    and ``deepseek_v2`` for softmax (``score_func``, default softmax in ``ModelArgs``). The router's
+    score-correction bias follows the reference ``Gate`` (``bias`` only when ``dim == 7168``), written as
+    ``topk_method`` "noaux_tc"; a ``q_lora_rank`` of 0 means a full-rank query. No MTP module: the reference
+    ``Transformer`` builds none. DeepSeek-V4's inference config (``compress_ratios``) is not read this way.
+
+    Source: deepseek-ai/DeepSeek-V3 ``inference/model.py`` (``ModelArgs`` defaults, ``Gate.__init__``) and
+    ``inference/configs/config_16B.json``, ``config_236B.json``, ``config_671B.json``; deepseek-ai/DeepSeek-V3.2-Exp
+    ``inference/config_671B_v3.2.json``.
+    """
+    if "compress_ratios" in data or "hc_mult" in data:
+        raise ConfigError(source, None, "a DeepSeek-V4 inference config; pdcalc reads V4 from its Hugging Face "
+                          "config.json (model_type deepseek_v4)")
+    out = {INFERENCE_FIELDS[k]: v for k, v in data.items() if k in INFERENCE_FIELDS}
+    out.setdefault("scoring_func", "softmax")
+    out["model_type"] = ("deepseek_v32" if "index_n_heads" in data else
+                         "deepseek_v3" if out["scoring_func"] == "sigmoid" else "deepseek_v2")
+    dim = out.get("hidden_size")
+    groups = out.get("n_group") or 1
+    out["topk_method"] = ("noaux_tc" if dim == 7168 else "group_limited_greedy" if groups > 1 else "greedy")
+    if "num_attention_heads" in out:
+        out["num_key_value_heads"] = out["num_attention_heads"]
+    out["num_nextn_predict_layers"] = 0
+    out["tie_word_embeddings"] = False
+    return out
+
 
 def config_from_dict(data: dict, *, name: str, source: str) -> ModelConfig:
     """Build a :class:`ModelConfig` from a parsed ``config.json`` mapping."""
     if not isinstance(data, dict):
         raise ConfigError(source, None, "expected a JSON object ({...}) at the top level, "
                           f"got {type(data).__name__} {checks.show(data)}")
+    if is_inference_config(data):
+        data = from_inference_config(data, source)
     if "model_type" not in data:
         raise ConfigError(source, "model_type", "missing")
     known = {k: v for k, v in data.items() if k in _FIELDS}

@@ -231,6 +231,15 @@ def default_scheme(model) -> str:
     return V4_ASCEND_W8A8 if cfg is not None and cfg.model_type == "deepseek_v4" else "w8a8"
 
 
+def scheme_for(model, scheme: str) -> str:
+    """``scheme``, unless it is DeepSeek-V4's checkpoint recipe (:data:`V4_ASCEND_W8A8`) asked of another
+    model, which then gets its own default (:func:`default_scheme`): the recipe's layer names and the
+    loader's copies are V4's."""
+    if scheme == V4_ASCEND_W8A8:
+        return default_scheme(model)
+    return scheme
+
+
 def get_scheme(name: str | Scheme) -> Scheme:
     """A scheme by name (``bf16``, ``fp16-all``, ``article-1byte``, ``fp8``, ``fp8-fp4``, ``w8a8``,
     ``w8a8-msmodelslim``)."""

@@ -770,7 +770,8 @@ def example_layer(model) -> tuple[int, str]:
     return i, f"an official MoE block (layer {i})" + (", with its indexer" if cfg.sparse else "")
 
 
-def other_model_note(model, chapter_model: str = "deepseek-v4-flash") -> str | None:
+def other_model_note(model, chapter_model: str = "deepseek-v4-flash", *, quant: str | None = None,
+                     asked_quant: str | None = None) -> str | None:
     """A note for a chapter re-run on a model other than the one its article describes (markdown), or None.
 
     The article's numbers are audited against the official ``chapter_model`` whatever the run's model, so
@@ -786,7 +787,9 @@ def other_model_note(model, chapter_model: str = "deepseek-v4-flash") -> str | N
             f"It was re-run with `model` = `{cfg.name}`. The tables, charts and sentences built from `model` describe "
             f"that model, its {cfg.num_hidden_layers} layers and {cfg.n_routed_experts} routed experts. The "
             f"article's printed numbers are still checked against the official `{ref.name}`, which is what the "
-            "article describes, so the verdicts and the audit are those of the published page.\n```")
+            "article describes, so the verdicts and the audit are those of the published page."
+            + (f" Its weights are stored as `{quant}`: `{asked_quant}` is DeepSeek-V4's own checkpoint recipe."
+               if quant and asked_quant and quant != asked_quant else "") + "\n```")
 
 
 def architecture_findings(model, *, article_o_rank, quant: str) -> dict[str, str]:

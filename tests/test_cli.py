@@ -35,7 +35,7 @@ def test_params_of_a_config_path(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("params", "deepseek-v9"), "unknown model 'deepseek-v9'; known: deepseek-v3"),
+    (("params", "deepseek-v9"), "unknown model 'deepseek-v9'; known: deepseek-v2, deepseek-v2-lite, deepseek-v3"),
     (("params", "/nonexistent/config.json"), "no such file"),
     (("claims", "--article", "v5"), "invalid choice"),
 ])

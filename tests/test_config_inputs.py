@@ -126,7 +126,7 @@ def test_top_level_must_be_an_object(tmp_path, body):
 def test_empty_model_name_is_unknown_not_the_current_folder():
     with pytest.raises(UnknownNameError) as exc:
         load_config("")
-    assert str(exc.value).startswith("unknown model ''; known: deepseek-v3")
+    assert str(exc.value).startswith("unknown model ''; known: deepseek-v2, deepseek-v2-lite, deepseek-v3")
     with pytest.raises(UnknownNameError):
         get_inventory("")
 
@@ -140,9 +140,11 @@ def test_model_presets_do_not_need_the_inventory():
             "try:\n    m.load_config('deepseek-v9')\nexcept m.UnknownNameError as e:\n    print(e)\n"
             "assert 'pdcalc.inventory' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == ("unknown model 'deepseek-v9'; known: deepseek-v3, deepseek-v3-article, "
-                           "deepseek-v4-flash, deepseek-v4-flash-article")
-    assert set(MODEL_NAMES) == {"deepseek-v3", "deepseek-v3-article", "deepseek-v4-flash", "deepseek-v4-flash-article"}
+    assert out.strip() == ("unknown model 'deepseek-v9'; known: deepseek-v2, deepseek-v2-lite, deepseek-v3, "
+                           "deepseek-v3-article, deepseek-v3.2-exp, deepseek-v4-flash, deepseek-v4-flash-article, "
+                           "kimi-k2")
+    assert set(MODEL_NAMES) == {"deepseek-v2", "deepseek-v2-lite", "deepseek-v3", "deepseek-v3-article",
+                                "deepseek-v3.2-exp", "deepseek-v4-flash", "deepseek-v4-flash-article", "kimi-k2"}
 
 
 # ---- field types ------------------------------------------------------------------------------

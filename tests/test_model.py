@@ -28,7 +28,7 @@ def test_v4_compress_ratios_cover_main_and_mtp_layers():
 
 
 def test_unknown_model_lists_presets():
-    with pytest.raises(UnknownNameError, match="known: deepseek-v3"):
+    with pytest.raises(UnknownNameError, match="known: deepseek-v2, deepseek-v2-lite, deepseek-v3,"):
         load_config("deepseek-v9")
 
 

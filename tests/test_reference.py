@@ -2,8 +2,12 @@
 
 The JSON files under tests/data/reference/ were produced by tools/reference_counts.py, which imports
 DeepSeek's reference ``inference/model.py`` (V3: deepseek-ai/DeepSeek-V3; V4-Flash:
-deepseek-ai/DeepSeek-V4-Flash at revision 60d8d707, sha256 ce962f1f...) and instantiates ``Transformer``
-on PyTorch's meta device with the published inference configs. Each file records its provenance.
+deepseek-ai/DeepSeek-V4-Flash at revision 60d8d707, sha256 ce962f1f...; V3.2-Exp:
+deepseek-ai/DeepSeek-V3.2-Exp at 3b99a535; DeepSeek-V2: DeepSeek-V3's model.py with its config_236B.json)
+and instantiates ``Transformer`` on PyTorch's meta device with the published inference configs; DeepSeek-V2-Lite
+and Kimi-K2 were counted the same way with the Hugging Face ``modeling_deepseek.py`` their checkpoints ship
+(DeepseekV2ForCausalLM, DeepseekV3ForCausalLM; transformers 4.48.3), whose parameter names are mapped to the
+reference's (:data:`HF_TO_REFERENCE`). Each file records its provenance.
 The comparison is tensor by tensor, so a wrong shape cannot hide behind a right total.
 """
 
@@ -24,7 +28,33 @@ DATA = Path(__file__).parent / "data" / "reference"
 REFERENCE_TOTALS = {
     "deepseek-v3": {"main": 671_026_419_200, "file": "deepseek_v3_bf16.json"},
     "deepseek-v4-flash": {"main": 284_334_567_511, "mtp": 6_610_048_891, "file": "deepseek_v4_flash_bf16.json"},
+    # DeepSeek's inference/model.py with inference/configs/config_236B.json (deepseek-ai/DeepSeek-V3@9b4e9788)
+    "deepseek-v2": {"main": 235_741_434_880, "file": "deepseek_v2_bf16.json"},
+    # Hugging Face DeepseekV2ForCausalLM (modeling_deepseek.py) with the V2-Lite config.json
+    "deepseek-v2-lite": {"main": 15_706_484_224, "file": "deepseek_v2_lite_bf16.json"},
+    # deepseek-ai/DeepSeek-V3.2-Exp@3b99a535 inference/model.py with config_671B_v3.2.json
+    "deepseek-v3.2-exp": {"main": 671_877_944_064, "file": "deepseek_v32_exp_bf16.json"},
+    # Hugging Face DeepseekV3ForCausalLM (Kimi-K2 ships DeepSeek-V3's modeling_deepseek.py) with Kimi-K2's config
+    "kimi-k2": {"main": 1_026_408_232_448, "file": "kimi_k2_bf16.json"},
 }
+
+#: Hugging Face modeling_deepseek.py parameter names -> the reference inference/model.py names pdcalc uses.
+HF_TO_REFERENCE = (
+    (r"^model\.embed_tokens\.", "embed."), (r"^model\.norm\.", "norm."), (r"^lm_head\.", "head."),
+    (r"^model\.layers\.", "layers."), (r"\.self_attn\.q_proj\.", ".attn.wq."),
+    (r"\.self_attn\.q_a_proj\.", ".attn.wq_a."), (r"\.self_attn\.q_a_layernorm\.", ".attn.q_norm."),
+    (r"\.self_attn\.q_b_proj\.", ".attn.wq_b."), (r"\.self_attn\.kv_a_proj_with_mqa\.", ".attn.wkv_a."),
+    (r"\.self_attn\.kv_a_layernorm\.", ".attn.kv_norm."), (r"\.self_attn\.kv_b_proj\.", ".attn.wkv_b."),
+    (r"\.self_attn\.o_proj\.", ".attn.wo."), (r"\.input_layernorm\.", ".attn_norm."),
+    (r"\.post_attention_layernorm\.", ".ffn_norm."), (r"\.mlp\.gate\.e_score_correction_bias$", ".ffn.gate.bias"),
+    (r"\.mlp\.", ".ffn."), (r"\.gate_proj\.", ".w1."), (r"\.up_proj\.", ".w3."), (r"\.down_proj\.", ".w2."),
+)
+
+
+def _reference_name(name: str) -> str:
+    for pattern, repl in HF_TO_REFERENCE:
+        name = re.sub(pattern, repl, name)
+    return name
 
 
 def _load(name):
@@ -49,7 +79,7 @@ def _theirs(ref, part):
         is_mtp = t["name"].startswith("mtp.")
         if part == "main" and is_mtp or part == "mtp" and not is_mtp:
             continue
-        out[(t["name"], tuple(t["shape"]))] += t["count"]
+        out[(_reference_name(t["name"]), tuple(t["shape"]))] += t["count"]
     return out
 
 
@@ -91,3 +121,30 @@ def test_v3_fp8_checkpoint_bytes_equal_reference():
     inv = get_inventory("deepseek-v3")
     bias_extra = sum(t.params for t in inv.tensors if t.role == "router_bias" and t.part == "main") * (4 - 2)
     assert weight_bytes("deepseek-v3", "fp8") - bias_extra == ref["nbytes"]
+
+
+@pytest.mark.parametrize("model_type", ["kimi_k2", "deepseek_v3"])
+def test_kimi_k2_counts_the_same_under_either_model_type(tmp_path, model_type):
+    """Kimi-K2's revisions declare model_type kimi_k2 (current) or deepseek_v3; both are its inventory."""
+    import json
+
+    from pdcalc.model import _data_path, load_config
+
+    data = json.loads(_data_path("models", "kimi_k2_config.json").read_text())
+    data["model_type"] = model_type
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    cfg = load_config(str(tmp_path / "config.json"))
+    assert cfg.model_type == model_type and cfg.router_bias
+    assert get_inventory(cfg).counts().total == REFERENCE_TOTALS["kimi-k2"]["main"]
+
+
+def test_inference_configs_read_as_their_model_type():
+    """DeepSeek's inference configs (ModelArgs fields) give the same inventory as the Hugging Face configs."""
+    from pdcalc.model import _data_path, load_config
+
+    v3 = load_config(_data_path("models", "deepseek_v3_inference_config_671B.json"))
+    assert v3.model_type == "deepseek_v3" and v3.router_bias
+    assert get_inventory(v3).counts().total == REFERENCE_TOTALS["deepseek-v3"]["main"]
+    v2 = load_config("deepseek-v2")
+    assert v2.model_type == "deepseek_v2" and not v2.router_bias and v2.scoring_func == "softmax"
+    assert load_config("deepseek-v3.2-exp").model_type == "deepseek_v32"

@@ -509,3 +509,43 @@ def test_rerun_never_imports_the_command_line():
     out = subprocess.run([sys.executable, "-c", "import sys, pdcalc.rerun; print('pdcalc.cli' in sys.modules)"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# your model: the chapters on a config of another model type
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chapter", ["architecture", "per_card", "kv_memory"])
+def test_a_chapter_reruns_on_a_v2_lite_config(chapter, tmp_path):
+    """``pdcalc rerun CHAPTER -p model path/to/config.json`` with DeepSeek-V2-Lite's config.json: the run
+    says which model it describes, and its tables are that model's."""
+    import shutil
+
+    from pdcalc.inventory import get_inventory
+    from pdcalc.model import _data_path
+
+    cfg = tmp_path / "v2-lite" / "config.json"
+    cfg.parent.mkdir()
+    shutil.copy(_data_path("models", "deepseek_v2_lite_config.json"), cfg)
+    out = cli("rerun", chapter, "-p", "model", str(cfg), "-o", str(tmp_path / "runs"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    nb = nbformat.read(tmp_path / "runs" / f"{chapter}.ipynb", as_version=4)
+    text = "\n".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "This page describes `v2-lite` (deepseek_v2)" in text
+    assert "Its weights are stored as `w8a8`" in text          # the V4 recipe is V4's; the model gets its own
+    inv = get_inventory(str(cfg))
+    g = {}
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                data = o["data"]
+                md = data.get("application/papermill.record/text/markdown")
+                g[name] = md if md is not None else ast.literal_eval(data["application/papermill.record/text/plain"])
+    if chapter == "architecture":
+        assert f"**`v2-lite` has {inv.counts().total / 1e9:.2f} billion parameters" in g["card_finding"]
+        assert f"MoE layer of {inv.n_routed_experts} routed and {inv.config.n_shared_experts} shared" in g["block_story"]
+    elif chapter == "kv_memory":
+        assert "`v2-lite` (deepseek_v2) uses {term}`MLA`" in g["kv_story"]
+        assert g["fixed_mb"] == 0
+    else:
+        assert g["d_experts"] == inv.n_routed_experts // 32

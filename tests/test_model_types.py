@@ -1,0 +1,126 @@
+"""The model types beyond V3 and V4: DeepSeek-V2 and V2-Lite (deepseek_v2), DeepSeek-V3.2-Exp (deepseek_v32,
+MLA with the lightning indexer of DeepSeek Sparse Attention) and Kimi-K2 (kimi_k2).
+
+Their parameter totals are checked against the reference implementations in tests/test_reference.py; here
+every command takes them, a field a type needs is named when it is missing, V3.2's indexer cache is sized
+per engine from each engine's source, and its step counts the indexer over the whole context and the
+attention over the keys it selects.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from cli_harness import assert_clean, run_cli
+from pdcalc import kv_cache
+from pdcalc import throughput as tput
+from pdcalc.model import REQUIRED, _data_path, load_config
+
+PRESETS = ("deepseek-v2", "deepseek-v2-lite", "deepseek-v3.2-exp", "kimi-k2")
+V32 = "deepseek-v3.2-exp"
+
+
+@pytest.mark.parametrize("model", PRESETS)
+def test_every_command_takes_every_model_type(model):
+    card = "h800"
+    for args in (("params", model), ("memory", model, "--card", card, "--ep", "8", "--quant", "bf16"),
+                 ("kv", model, "--context", "8192"),
+                 ("throughput", model, "--card", card, "--tp", "1", "--dp", "8", "--ep", "8", "--quant", "fp8",
+                  "--context", "4096", "--concurrency", "64"),
+                 ("plan", "--model", model, "--card", card, "--cards", "16", "--quant", "fp8", "--prompt", "2048",
+                  "--output", "512", "--concurrency", "64", "--frontier-points", "0")):
+        out = assert_clean(run_cli(*args, "--json"))
+        assert out.code == 0, (args, out.err)
+        assert out.json["model"] == model
+
+
+def _write(tmp_path, data):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(data))
+    return str(p)
+
+
+@pytest.mark.parametrize("model_type,field", [(t, f) for t in ("deepseek_v2", "deepseek_v32", "kimi_k2")
+                                               for f in REQUIRED[t]])
+def test_a_missing_field_is_named_in_one_line(tmp_path, model_type, field):
+    data = json.loads(_data_path("models", "deepseek_v3_config.json").read_text())
+    data |= {"model_type": model_type, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}
+    data.pop(field)
+    path = _write(tmp_path, data)
+    out = assert_clean(run_cli("params", path, "--json"))
+    assert out.code == 2 and out.err.count("\n") == 1
+    assert f"field '{field}': missing (required for model_type '{model_type}')" in out.err and path in out.err
+
+
+# ------------------------------------------------------------------------------ V3.2 indexer cache
+#: Bytes per token per layer of V3.2-Exp's caches in each engine, as each engine's source allocates them:
+#: (MLA latent, indexer key). Reference: inference/model.py L448-449 (fp8 k_cache + fp32 k_scale_cache),
+#: L533-534 (bf16 kv_cache + pe_cache); vLLM v0.33.0: DeepseekV32IndexerCache 128 + 4 uint8, the latent in
+#: BF16 by default; vllm-ascend@182b75ea: AscendSFAIndexerCacheSpec bf16 without a scale, nope and rope BF16.
+V32_PER_LAYER = {"reference": (1152, 132), "vllm": (1152, 132), "vllm-ascend": (1152, 256)}
+
+
+@pytest.mark.parametrize("engine", kv_cache.ENGINES)
+def test_v32_kv_per_token_per_engine(engine):
+    cfg = load_config(V32)
+    latent, index = V32_PER_LAYER[engine]
+    assert (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2 == latent
+    assert kv_cache.indexer_entry_bytes(cfg, engine) == index
+    r = kv_cache.kv_bytes(cfg, 1 << 16, engine, include_mtp=False)
+    assert r.fixed_bytes == 0
+    assert r.per_token_bytes_asymptotic == cfg.num_hidden_layers * (latent + index)
+    assert r.by_cache["indexer"] == pytest.approx(cfg.num_hidden_layers * index * (1 << 16))
+
+
+def test_v32_fp8_on_vllm_is_the_656_byte_row():
+    r = kv_cache.kv_bytes(V32, 4096, "vllm", include_mtp=False, kv_cache_dtype="fp8")
+    assert r.per_token_bytes_asymptotic == load_config(V32).num_hidden_layers * (656 + 132)
+
+
+def test_indexer_bytes_refuse_a_model_without_an_indexer():
+    from pdcalc.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="has no lightning indexer"):
+        kv_cache.indexer_entry_bytes("deepseek-v3")
+
+
+# ------------------------------------------------------------------------------ V3.2 step
+def test_v32_decode_attention_is_the_indexer_over_the_context_and_mla_over_the_selected_keys():
+    cfg = load_config(V32)
+    L = np.array([100, 2048, 10_000, 131_072])
+    per_key = 2 * cfg.num_attention_heads * (2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim)
+    per_index_key = 2 * cfg.index_n_heads * cfg.index_head_dim
+    want = cfg.num_hidden_layers * (per_key * np.minimum(L, cfg.index_topk) + per_index_key * L)
+    assert tput.attention_flops_per_token(V32, L, phase="decode") == pytest.approx(want, rel=1e-12)
+    # up to index_topk tokens every key is selected: V3's MLA plus the indexer
+    v3 = tput.attention_flops_per_token("deepseek-v3", 1000, phase="decode")
+    assert tput.attention_flops_per_token(V32, 1000, phase="decode") == pytest.approx(
+        v3 + cfg.num_hidden_layers * per_index_key * 1000, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 7, 2048, 2049, 5000, 20_000])
+def test_v32_prefill_attention_is_the_mean_over_the_prompt(n):
+    cfg = load_config(V32)
+    K, h = cfg.index_topk, cfg.num_attention_heads
+    a = 2 * h * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim)   # masked MHA, per key
+    b = 2 * h * (2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim)                     # sparse MQA, per key
+    i = np.arange(1, n + 1)
+    per_query = np.minimum(a * i, b * np.minimum(i, K)) + 2 * cfg.index_n_heads * cfg.index_head_dim * i
+    want = cfg.num_hidden_layers * per_query.mean()
+    assert tput.attention_flops_per_token(V32, n, phase="prefill") == pytest.approx(want, rel=1e-12)
+
+
+def test_v32_decode_reads_the_selected_latents_and_every_index_key():
+    cfg = load_config(V32)
+    n = 50_000
+    read = tput.kv_read_bytes_per_sequence(V32, n, phase="decode")
+    assert read == cfg.num_hidden_layers * (cfg.index_topk * 1152 + n * 132)
+    assert tput.kv_stored_bytes_per_sequence(V32, n) == cfg.num_hidden_layers * n * (1152 + 132)
+
+
+def test_v32_decode_is_cheaper_than_v3_at_long_context_and_costlier_at_short():
+    kw = dict(card="h800", tp=1, dp=8, ep=8, concurrency=64, phase="decode", quant="fp8")
+    long_ = {m: tput.step(m, context=100_000, **kw).time_s for m in ("deepseek-v3", V32)}
+    short = {m: tput.step(m, context=1000, **kw).time_s for m in ("deepseek-v3", V32)}
+    assert long_[V32] < long_["deepseek-v3"] and short[V32] > short["deepseek-v3"]
