@@ -231,6 +231,15 @@ def default_scheme(model) -> str:
     return V4_ASCEND_W8A8 if cfg is not None and cfg.model_type == "deepseek_v4" else "w8a8"
 
 
+#: How the chapters name a scheme in prose (default: the name in capitals).
+LABELS: dict[str, str] = {V4_ASCEND_W8A8: "W8A8 (msModelSlim)"}
+
+
+def scheme_label(scheme: str) -> str:
+    """A scheme's name for prose: ``W8A8``, ``FP8-FP4``, ``W8A8 (msModelSlim)``."""
+    return LABELS.get(scheme, scheme.upper())
+
+
 def scheme_for(model, scheme: str) -> str:
     """``scheme``, unless it is DeepSeek-V4's checkpoint recipe (:data:`V4_ASCEND_W8A8`) asked of another
     model, which then gets its own default (:func:`default_scheme`): the recipe's layer names and the
