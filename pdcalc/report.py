@@ -821,3 +821,25 @@ def architecture_findings(model, *, article_o_rank, quant: str) -> dict[str, str
     else:
         mtp = f"**This config declares no MTP module:** the main model is {main_gb:.2f} GB as {quant}"
     return {"card": card, "block": block, "mtp": mtp}
+
+
+def family_table(models=None, *, context: int = 32768) -> pd.DataFrame:
+    """The official presets side by side: model type, routed experts (top-k), parameters (billions:
+    main model, activated per token, MTP module) and the KV cache per token of context at ``context`` tokens
+    in each engine (KB, MTP layers included, averaged over the sequence: windows and states spread over it).
+
+    Source: the tensor inventories (:mod:`pdcalc.inventory`) and the engine layouts (:mod:`pdcalc.kv_cache`).
+    """
+    from pdcalc.kv_cache import ENGINES, kv_bytes
+    from pdcalc.model import CONFIG_PRESETS, load_config
+
+    rows = []
+    for name in models or CONFIG_PRESETS:
+        cfg, counts = load_config(name), get_inventory(name).counts()
+        row = {"model": name, "type": cfg.model_type,
+               "experts (top-k)": f"{cfg.n_routed_experts} ({cfg.num_experts_per_tok})",
+               "params (B)": counts.total / 1e9, "active (B)": counts.activated / 1e9, "MTP (B)": counts.mtp / 1e9}
+        for engine in ENGINES:
+            row[f"KV {engine} (KB)"] = float(kv_bytes(cfg, context, engine).per_token_bytes_average) / 1e3
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("model")

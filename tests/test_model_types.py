@@ -124,3 +124,18 @@ def test_v32_decode_is_cheaper_than_v3_at_long_context_and_costlier_at_short():
     long_ = {m: tput.step(m, context=100_000, **kw).time_s for m in ("deepseek-v3", V32)}
     short = {m: tput.step(m, context=1000, **kw).time_s for m in ("deepseek-v3", V32)}
     assert long_[V32] < long_["deepseek-v3"] and short[V32] > short["deepseek-v3"]
+
+
+def test_family_table_has_every_preset_with_its_counts_and_caches():
+    from pdcalc import report
+    from pdcalc.inventory import get_inventory
+    from pdcalc.model import CONFIG_PRESETS
+
+    t = report.family_table(context=32768)
+    assert list(t.index) == list(CONFIG_PRESETS)
+    for name in CONFIG_PRESETS:
+        c = get_inventory(name).counts()
+        assert t.loc[name, "params (B)"] == c.total / 1e9 and t.loc[name, "MTP (B)"] == c.mtp / 1e9
+    cfg = load_config(V32)
+    for engine, (latent, index) in V32_PER_LAYER.items():        # no MTP layer in the V3.2-Exp preset
+        assert t.loc[V32, f"KV {engine} (KB)"] == pytest.approx(cfg.num_hidden_layers * (latent + index) / 1e3)
