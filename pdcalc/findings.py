@@ -43,10 +43,14 @@ def _p_weights_real() -> str:
     from pdcalc.memory import card_weights
     from pdcalc.validation import logged_weights
 
+    from pdcalc.validation import weight_candidates
+
     log = logged_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
     w = card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, mtp=True)
+    loaded = weight_candidates(log.id).query("chosen").iloc[0]["predicted_bytes"]
     return (f"{log.bytes / GiB:.1f} GiB ({log.bytes / GB:.1f} GB) logged by vllm-ascend for the W8A8 checkpoint "
-            f"with its MTP layer on this layout; pdcalc's W8A8 rule gives {w.total_bytes / GiB:.2f} GiB")
+            f"with its MTP layer on this layout; pdcalc gives {w.total_bytes / GiB:.2f} GiB of weights as the "
+            f"checkpoint is loaded, {loaded / GiB:.2f} GiB with the buffers the engine builds with the model")
 
 
 def _p_weights_changes() -> str:

@@ -1418,6 +1418,11 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
     if s.v4:
         sources.append(CostSource("DeepSeek-V4 attention", c.name, "MLA decoding kernels", (), True,
                                   "no published kernel for V4's hybrid attention: the MLA ceilings are used"))
+    if s.sparse:
+        sources.append(CostSource("DeepSeek-V3.2 indexer and sparse attention", c.name, "MLA decoding kernels", (),
+                                  True, "the indexer's FP8 scores and the sparse MLA are timed with the dense MLA "
+                                  "ceilings; FlashMLA's sparse kernels and DeepGEMM's indexer logits are not in "
+                                  "costs.toml"))
     tokens_out = S * (1.0 + acc) if not prefill else S * L
     parts = {k: v for k, v in tally.parts.items()}
     parts["overlap saved"] = np.maximum(0.0, sum(v for k, v in parts.items()) - total) if overlap else tally.zero

@@ -139,3 +139,23 @@ def test_family_table_has_every_preset_with_its_counts_and_caches():
     cfg = load_config(V32)
     for engine, (latent, index) in V32_PER_LAYER.items():        # no MTP layer in the V3.2-Exp preset
         assert t.loc[V32, f"KV {engine} (KB)"] == pytest.approx(cfg.num_hidden_layers * (latent + index) / 1e3)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("topk_method", "random", "unknown router method 'random' (known: greedy, gready, group_limited_greedy, noaux_tc)"),
+    ("topk_method", 3, "must be a string, got 3"),
+    ("topk_group", 9, "9 exceeds n_group=8 (allowed: 1..8)"),
+    ("n_group", 0, "must be an integer in 1..65,536, got 0"),
+])
+def test_routing_fields_are_checked(tmp_path, field, value, message):
+    data = json.loads(_data_path("models", "deepseek_v3_config.json").read_text())
+    data[field] = value
+    path = _write(tmp_path, data)
+    out = assert_clean(run_cli("params", path, "--json"))
+    assert out.code == 2 and f"field '{field}'" in out.err and message in out.err
+
+
+def test_a_v4_inference_config_is_refused_in_one_line(tmp_path):
+    data = json.loads(_data_path("models", "deepseek_v4_flash_inference_config.json").read_text())
+    out = assert_clean(run_cli("params", _write(tmp_path, data), "--json"))
+    assert out.code == 2 and "DeepSeek-V4 inference config" in out.err
