@@ -215,9 +215,12 @@ def cmd_throughput(args) -> int:
     from pdcalc.kv_cache import default_engine
     from pdcalc.model import load_config
 
-    v4 = load_config(args.model).model_type == "deepseek_v4"
+    model_type = load_config(args.model).model_type
+    v4 = model_type == "deepseek_v4"
     kv = ({"engine": args.engine or default_engine(args.card)} if v4
           else {"kv_bytes": 1.0} if args.kv_dtype in ("fp8", "fp8_ds_mla") else {})
+    if model_type == "deepseek_v32":
+        kv["engine"] = args.engine or default_engine(args.card)   # the engine's indexer keys
     if v4 and args.kv_dtype not in (None, "auto"):
         from pdcalc.kv_cache import engine_layout
 
@@ -370,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cards in the EP group (default: no expert parallelism, experts split over TP)")
     sm.add_argument("--tp", type=_int(1, MAX_CARDS), default=1, help="TP degree (must divide the attention heads)")
     sm.add_argument("--quant", default=None,
-                    help="quantization scheme (pdcalc list); default: w8a8-msmodelslim for DeepSeek-V4, "
-                         "w8a8 otherwise")
+                    help="quantization scheme (pdcalc list); default: the official release on NVIDIA cards, "
+                         "the W8A8 checkpoint on Ascend (w8a8-msmodelslim for DeepSeek-V4, w8a8 otherwise)")
     sm.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True,
                     help="load the MTP module (speculative decoding); default: yes")
     sm.add_argument("--redundant", type=_int(0, MAX_CARDS), default=0, help="redundant expert copies per EP group")
@@ -404,8 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--context", type=_int(1, MAX_TOKENS), required=True, help="prompt length (prefill) and KV length (decode)")
     st.add_argument("--concurrency", type=_int(1, MAX_SEQUENCES), required=True, help="prompts (prefill) and sequences (decode) per step")
     st.add_argument("--quant", default=None,
-                    help="quantization scheme (pdcalc list); default: w8a8-msmodelslim for DeepSeek-V4, "
-                         "w8a8 otherwise")
+                    help="quantization scheme (pdcalc list); default: the official release on NVIDIA cards, "
+                         "the W8A8 checkpoint on Ascend (w8a8-msmodelslim for DeepSeek-V4, w8a8 otherwise)")
     st.add_argument("--mfu", type=_FRACTION, default=0.5, help="share of peak FLOP/s reached (assumption)")
     st.add_argument("--mbu", type=_FRACTION, default=0.7, help="share of HBM bandwidth reached (assumption)")
     st.add_argument("--comm-eff", type=_FRACTION, default=0.7, help="share of link bandwidth reached (assumption)")
@@ -432,8 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     spl.add_argument("--ttft-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time to first token")
     spl.add_argument("--tpot-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time per output token")
     spl.add_argument("--quant", default=None,
-                    help="quantization scheme (pdcalc list); default: w8a8-msmodelslim for DeepSeek-V4, "
-                         "w8a8 otherwise")
+                    help="quantization scheme (pdcalc list); default: the official release on NVIDIA cards, "
+                         "the W8A8 checkpoint on Ascend (w8a8-msmodelslim for DeepSeek-V4, w8a8 otherwise)")
     spl.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                      help="KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     spl.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
@@ -473,9 +476,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if getattr(args, "quant", "") is None:
-            from pdcalc.quant import default_scheme
+            from pdcalc.quant import default_scheme, default_scheme_on
 
-            args.quant = default_scheme(args.model)
+            card = getattr(args, "card", None)
+            args.quant = default_scheme_on(args.model, card) if card is not None else default_scheme(args.model)
         return args.func(args)
     except PdcalcError as exc:
         return _fail(exc)

@@ -187,11 +187,12 @@ def _v3_block(cfg: ModelConfig, layer: int, part: str, prefix: str) -> list[Tens
         ih, ihd = cfg.index_n_heads, cfg.index_head_dim
         I = lambda **kw: T(module="attn.indexer", category="indexer", **kw)  # noqa: E731
         out += [
-            I(name=f"{a}.indexer.wq_b.weight", role="linear", shape=(ih * ihd, cfg.q_lora_rank), shard="tp"),
+            # plain Linear layers in the reference (V3.2-Exp inference/model.py L441-444): whole on every card
+            I(name=f"{a}.indexer.wq_b.weight", role="linear", shape=(ih * ihd, cfg.q_lora_rank)),
             I(name=f"{a}.indexer.wk.weight", role="linear", shape=(ihd, d)),
             I(name=f"{a}.indexer.k_norm.weight", role="norm", shape=(ihd,), dtype="fp32"),
             I(name=f"{a}.indexer.k_norm.bias", role="norm", shape=(ihd,), dtype="fp32"),
-            I(name=f"{a}.indexer.weights_proj.weight", role="linear_bf16", shape=(ih, d), shard="tp"),
+            I(name=f"{a}.indexer.weights_proj.weight", role="linear_bf16", shape=(ih, d)),
         ]
     out += [
         T(name=f"{prefix}.attn_norm.weight", module="block", category="norms", role="norm", shape=(d,)),

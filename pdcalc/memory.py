@@ -65,7 +65,7 @@ def check_tp(inv, tp) -> int:
     if cfg is not None:
         v4 = cfg.model_type == "deepseek_v4"
         problem = tp_problem(tp, heads=cfg.num_attention_heads, o_groups=cfg.o_groups if v4 else None,
-                             index_heads=cfg.index_n_heads if v4 or cfg.sparse else None)
+                             index_heads=cfg.index_n_heads if v4 else None)
         if problem:
             raise LayoutError(f"TP degree {problem}")
     return tp

@@ -67,10 +67,12 @@ CONFIG_PRESETS: dict[str, dict[str, str]] = {
                   "Mockingjay1316/deepseek-v4-flash-spark config.json, commit 135f0266)",
     },
     "deepseek-v3.2-exp": {
-        "file": "deepseek_v32_exp_inference_config.json",
-        "source": "deepseek-ai/DeepSeek-V3.2-Exp@3b99a535 inference/config_671B_v3.2.json (DeepSeek's inference "
-                  "config, byte-exact; read as config.json fields by pdcalc.model.from_inference_config: no MTP "
-                  "module, as the reference Transformer builds none)",
+        "file": "deepseek_v32_exp_config.json",
+        "source": "transcribed: DeepSeek-V3's config.json (the preset deepseek-v3) with model_type deepseek_v32, "
+                  "architectures DeepseekV32ForCausalLM and index_n_heads, index_head_dim, index_topk from "
+                  "deepseek-ai/DeepSeek-V3.2-Exp@3b99a535 inference/config_671B_v3.2.json, whose other fields equal "
+                  "V3's inference config; the MTP module count (1) is V3's, the V3.2-Exp config.json itself not "
+                  "being at hand",
     },
     "deepseek-v2": {
         "file": "deepseek_v2_inference_config_236B.json",
@@ -388,31 +390,55 @@ def is_inference_config(data) -> bool:
     return isinstance(data, dict) and "model_type" not in data and "dim" in data and "n_layers" in data
 
 
+#: ``ModelArgs`` defaults of the reference ``inference/model.py``: what a missing field means there
+#: (deepseek-ai/DeepSeek-V3@9b4e9788 inference/model.py L59-80; they are DeepSeek-V2-Lite's sizes).
+INFERENCE_DEFAULTS: dict[str, object] = {
+    "vocab_size": 102400, "dim": 2048, "inter_dim": 10944, "moe_inter_dim": 1408, "n_layers": 27,
+    "n_dense_layers": 1, "n_heads": 16, "n_routed_experts": 64, "n_shared_experts": 2, "n_activated_experts": 6,
+    "n_expert_groups": 1, "n_limited_groups": 1, "score_func": "softmax", "q_lora_rank": 0, "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+}
+
+
 def from_inference_config(data: dict, source: str) -> dict:
     """An inference config as the ``config.json`` fields of the same model, as the reference code reads it.
 
-    The type: ``deepseek_v32`` with an indexer (``index_n_heads``), else ``deepseek_v3`` for sigmoid routing
-    and ``deepseek_v2`` for softmax (``score_func``, default softmax in ``ModelArgs``). The router's
+    A field the file leaves out takes the ``ModelArgs`` default (:data:`INFERENCE_DEFAULTS`); a bad value is
+    named by its own field name. The type: ``deepseek_v32`` with an indexer (``index_n_heads``), else
+    ``deepseek_v3`` for sigmoid routing and ``deepseek_v2`` for softmax (``score_func``). The router's
     score-correction bias follows the reference ``Gate`` (``bias`` only when ``dim == 7168``), written as
     ``topk_method`` "noaux_tc"; a ``q_lora_rank`` of 0 means a full-rank query. No MTP module: the reference
     ``Transformer`` builds none. DeepSeek-V4's inference config (``compress_ratios``) is not read this way.
 
-    Source: deepseek-ai/DeepSeek-V3 ``inference/model.py`` (``ModelArgs`` defaults, ``Gate.__init__``) and
+    Source: deepseek-ai/DeepSeek-V3 ``inference/model.py`` (``ModelArgs``, ``Gate.__init__``) and
     ``inference/configs/config_16B.json``, ``config_236B.json``, ``config_671B.json``; deepseek-ai/DeepSeek-V3.2-Exp
     ``inference/config_671B_v3.2.json``.
     """
     if "compress_ratios" in data or "hc_mult" in data:
         raise ConfigError(source, None, "a DeepSeek-V4 inference config; pdcalc reads V4 from its Hugging Face "
                           "config.json (model_type deepseek_v4)")
-    out = {INFERENCE_FIELDS[k]: v for k, v in data.items() if k in INFERENCE_FIELDS}
-    out.setdefault("scoring_func", "softmax")
+    args = {**INFERENCE_DEFAULTS, **{k: v for k, v in data.items() if k in INFERENCE_FIELDS}}
+    out: dict = {}
+    for key, value in args.items():
+        name = INFERENCE_FIELDS[key]
+        if key == "score_func":
+            if value not in ("softmax", "sigmoid"):
+                raise ConfigError(source, key, f"must be 'softmax' or 'sigmoid', got {checks.show(value)}")
+            out[name] = value
+            continue
+        if key == "q_lora_rank" and value == 0 and not isinstance(value, bool):
+            out[name] = None                      # ModelArgs: 0 means a full-rank query projection
+            continue
+        low, high = LIMITS[name]
+        try:
+            out[name] = checks.integer("", value, low=low, high=high)
+        except checks.InputError as exc:
+            raise ConfigError(source, key, str(exc)) from None
     out["model_type"] = ("deepseek_v32" if "index_n_heads" in data else
                          "deepseek_v3" if out["scoring_func"] == "sigmoid" else "deepseek_v2")
-    dim = out.get("hidden_size")
-    groups = out.get("n_group") or 1
-    out["topk_method"] = ("noaux_tc" if dim == 7168 else "group_limited_greedy" if groups > 1 else "greedy")
-    if "num_attention_heads" in out:
-        out["num_key_value_heads"] = out["num_attention_heads"]
+    out["topk_method"] = ("noaux_tc" if out["hidden_size"] == 7168 else
+                          "group_limited_greedy" if out["n_group"] > 1 else "greedy")
+    out["num_key_value_heads"] = out["num_attention_heads"]
     out["num_nextn_predict_layers"] = 0
     out["tie_word_embeddings"] = False
     return out
@@ -436,7 +462,7 @@ def config_from_dict(data: dict, *, name: str, source: str) -> ModelConfig:
     if known.get("compress_ratios") is not None and not isinstance(known["compress_ratios"], list):
         raise ConfigError(source, "compress_ratios", "must be a list of integers, got "
                           f"{checks.show(known['compress_ratios'])}")
-    if model_type in MLA_MODEL_TYPES and known.get("q_lora_rank") == 0 and not isinstance(known["q_lora_rank"], bool):
+    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2") and known.get("q_lora_rank") == 0 and not isinstance(known["q_lora_rank"], bool):
         known["q_lora_rank"] = None  # V3-Lite style: no low-rank query projection
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "qk_rope_head_dim"):
@@ -476,7 +502,8 @@ def load_config_file(path: str | Path, *, name: str | None = None, source: str |
             raise ConfigError(str(path), None, "not usable JSON: a number has more digits than Python "
                               "converts (4,300); no config field needs more than 10") from None
         raise ConfigError(str(path), None, f"not usable JSON ({' '.join(str(exc).split())[:120]})") from None
-    return config_from_dict(data, name=name or path.parent.name or path.stem, source=src)
+    default = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return config_from_dict(data, name=name or default, source=src)
 
 
 def _data_path(*parts: str) -> Path:

@@ -215,7 +215,7 @@ class Setup:
     :class:`pdcalc.checks.InputError`; names (model, card, scheme, engine) are resolved when planning."""
 
     model: str | Path = "deepseek-v4-flash"   # preset or config.json
-    quant: str | None = None                  # weights as stored (pdcalc.quant); None: quant.default_scheme
+    quant: str | None = None                  # weights as stored (pdcalc.quant); None: quant.default_scheme_on
     weights_model: str | Path | None = None   # inventory that sizes the weights (e.g. an article preset); None: model
     weights_quant: str | None = None          # scheme for weights_model; None: quant
     card: str | Path = "ascend-910b2"         # card preset or hardware TOML
@@ -249,10 +249,10 @@ class Setup:
     def __post_init__(self):
         put = object.__setattr__
         if self.quant is None:
-            from pdcalc.quant import default_scheme
+            from pdcalc.quant import default_scheme_on
 
             try:
-                put(self, "quant", default_scheme(self.model))
+                put(self, "quant", default_scheme_on(self.model, self.card))
             except PdcalcError:  # a bad model name: reported when planning, with the other names
                 put(self, "quant", "w8a8")
         put(self, "cards", integer("cards", self.cards, low=2, high=MAX_CARDS))
@@ -481,7 +481,10 @@ def _kv_step_kwargs(setup: Setup) -> dict:
     MLA cache at the plan's cache dtype's bytes per value (FP8: 1, else BF16: 2)."""
     if _model_type(setup.model) == "deepseek_v4":
         return {"engine": setup.engine}
-    return {"kv_bytes": 1.0} if setup.kv_cache_dtype in ("fp8", "fp8_ds_mla") else {}
+    out = {"kv_bytes": 1.0} if setup.kv_cache_dtype in ("fp8", "fp8_ds_mla") else {}
+    if _model_type(setup.model) == "deepseek_v32":
+        out["engine"] = setup.engine               # the engine's indexer keys
+    return out
 
 
 def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase):

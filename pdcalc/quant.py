@@ -240,6 +240,21 @@ def scheme_label(scheme: str) -> str:
     return LABELS.get(scheme, scheme.upper())
 
 
+def default_scheme_on(model, card) -> str:
+    """The scheme a model runs with on ``card``: on NVIDIA GPUs its official release (FP8 for V3-type
+    checkpoints, FP8 + MXFP4 for V4; BF16 where the config declares no quantization), on Ascend NPUs its W8A8
+    checkpoint (:func:`default_scheme`)."""
+    from pdcalc.hardware import get_card
+
+    if get_card(card).family == "nvidia":
+        cfg = get_inventory(model).config
+        if cfg is not None and cfg.model_type == "deepseek_v4":
+            return "fp8-fp4"
+        qc = (cfg.quantization_config if cfg is not None else None) or {}
+        return "fp8" if qc.get("quant_method") == "fp8" or qc.get("fmt") == "e4m3" else "bf16"
+    return default_scheme(model)
+
+
 def scheme_for(model, scheme: str) -> str:
     """``scheme``, unless it is DeepSeek-V4's checkpoint recipe (:data:`V4_ASCEND_W8A8`) asked of another
     model, which then gets its own default (:func:`default_scheme`): the recipe's layer names and the

@@ -843,3 +843,100 @@ def family_table(models=None, *, context: int = 32768) -> pd.DataFrame:
             row[f"KV {engine} (KB)"] = float(kv_bytes(cfg, context, engine).per_token_bytes_average) / 1e3
         rows.append(row)
     return pd.DataFrame(rows).set_index("model")
+
+
+def release_scheme(model) -> str:
+    """The scheme of a model's official release: FP8 + MXFP4 for DeepSeek-V4, FP8 where the config's
+    ``quantization_config`` says FP8, BF16 otherwise (``torch_dtype``)."""
+    cfg = get_inventory(model).config
+    if cfg is None:
+        return "bf16"
+    if cfg.model_type == "deepseek_v4":
+        return "fp8-fp4"
+    qc = cfg.quantization_config or {}
+    return "fp8" if qc.get("quant_method") == "fp8" or qc.get("fmt") == "e4m3" else "bf16"
+
+
+def architecture_stories(model, *, quant: str, article_model: str, article_ii_printed) -> dict[str, str]:
+    """The architecture chapter's model-dependent sentences (markdown), keyed ``class_ii`` (a finding),
+    ``ii_gap`` (what the class-II gap is made of), ``mtp_clause`` and ``loads`` (what the deployment loads)."""
+    from pdcalc.model import load_config
+    from pdcalc.quant import V4_ASCEND_W8A8, get_scheme, scheme_label
+
+    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    inv, art = get_inventory(model), get_inventory(article_model)
+    off, art_split = class_split(model, quant), class_split(article_model, "article-1byte")
+    ii, one = float(off.iloc[1]), float(off.iloc[0])
+    v4 = cfg.model_type == "deepseek_v4"
+    label = scheme_label(quant)
+    if v4:
+        class_ii = (f"**The replicated class II is {ii / 1e9:.2f} GB per card, not {article_ii_printed:g} GB.** The "
+                    f"article's own shapes give {float(art_split.iloc[1]) / 1e9:.2f} GB; the official model as the {label} "
+                    f"checkpoint stores it needs {ii / 1e9:.2f} GB ({ii / 2**30:.2f} GiB) on every card, "
+                    f"{ii / float(art_split.iloc[1]):.2f} times the article's figure. EP divides only the "
+                    f"{one / 1e9:.1f} GB of routed experts")
+        mhc = inv.params(category="mhc") / art.params(category="mhc")
+        ii_gap = ("Most of the gap is the attention: wider output projections, the KV compressors and indexers, and mHC "
+                  f"mixing weights {mhc:.0f} times the article's estimate. The embedding and output head are also "
+                  "untied (the official config sets `tie_word_embeddings: false`), so the head is a second matrix, as "
+                  "the article conservatively assumed.")
+    else:
+        class_ii = (f"**`{cfg.name}` replicates {ii / 1e9:.2f} GB on every card** ({ii / 2**30:.2f} GiB as the {label} "
+                    f"checkpoint stores it); EP divides only its {one / 1e9:.1f} GB of routed experts")
+        ii_gap = (f"`{cfg.name}` is another model than the article's, so this ratio compares two models; it says "
+                  "nothing about the article's arithmetic.")
+    mtp_b = inv.counts().mtp / 1e9
+    mtp_clause = (f"its MTP module, which speculative decoding loads beside it, adds {mtp_b:.2f} billion more" if mtp_b
+                  else "its config declares no MTP module")
+    main_gb, mtp_gb = weight_bytes_of(model, quant) / 1e9, weight_bytes_of(model, quant, part="mtp") / 1e9
+    release = release_scheme(model)
+    rel_gb = weight_bytes_of(model, release, part="all") / 1e9
+    sch = get_scheme(quant)
+    if quant == V4_ASCEND_W8A8 and v4:
+        how = ("The Ascend W8A8 checkpoint, as msModelSlim's recipe writes it, keeps the embedding, output head, norms, "
+               "router, mHC weights, the output projections `wo_a` and `wo_b` and the compressors in floating point "
+               "and quantizes the other linear layers to int8; vllm-ascend holds each int8 row's scale and offset in "
+               "BF16 with an fp32 copy of the scale, and gives the MTP draft an embedding and a head of its own "
+               "({py:mod}`pdcalc.quant`).")
+    else:
+        how = f"The scheme `{quant}`: {sch.description}."
+    mtp_part = (f" and the MTP module that speculative decoding loads adds {mtp_gb:.2f} GB, which the article leaves "
+                "out of every card" if mtp_gb else "; the config declares no MTP module")
+    if sch.mtp_vocab_copies and mtp_gb:
+        vocab = 2 * cfg.vocab_size * cfg.hidden_size * 2 / 1e9
+        mtp_part += f" (its own embedding and head put another {vocab:.2f} GB on each card)"
+    loads = (f"The article assumes one byte per parameter. {how} Under `quant` the main model is {main_gb:.2f} GB"
+             f"{mtp_part}. For comparison, the official release ({scheme_label(release)}, main model and MTP) is "
+             f"{rel_gb:.1f} GB. Each tensor group's storage, folded:")
+    return {"class_ii": class_ii, "ii_gap": ii_gap, "mtp_clause": mtp_clause, "loads": loads}
+
+
+def weight_bytes_of(model, scheme, *, part: str = "main") -> float:
+    """Stored bytes of ``model`` under ``scheme`` (:func:`pdcalc.quant.weight_bytes`)."""
+    from pdcalc.quant import weight_bytes
+
+    return weight_bytes(model, scheme, part=part)
+
+
+def kv_words(model) -> dict[str, str]:
+    """The KV chapter's model-dependent phrases (markdown): what the slope and the fixed part of a sequence's
+    cache are made of (``slope_what``, ``fixed_what``) and how the engines' layouts differ (``engines_differ``).
+    Source: :mod:`pdcalc.kv_cache` (the layouts and their sources)."""
+    from pdcalc.model import load_config
+
+    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    mtp = " and MTP" if cfg.num_nextn_predict_layers else ""
+    if cfg.model_type == "deepseek_v4":
+        return {"slope_what": f"the compressed, indexer{mtp} entries",
+                "fixed_what": "the sliding windows and compressor states, whatever the context",
+                "engines_differ": ("The three engines differ by their entry formats (BF16 on the 910B, FP8 with "
+                                   "scales in vLLM's CUDA kernels, BF16 in DeepSeek's reference code) and by page "
+                                   "rounding"),
+                "ratio_trend": "the cost of the fixed windows fades and the slope takes over"}
+    what = "latent, RoPE key and indexer key" if cfg.sparse else "latent and RoPE key"
+    return {"slope_what": f"the {what} of every layer{', the MTP layer included' if mtp else ''}",
+            "fixed_what": "nothing for this model, which keeps no window and no compressor state",
+            "engines_differ": ("The three engines store the MLA latent alike (BF16 by default) and differ by "
+                               + ("the indexer's key (FP8 with a scale in the reference code and vLLM, BF16 in "
+                                  "vllm-ascend) and " if cfg.sparse else "") + "page rounding"),
+            "ratio_trend": "with nothing fixed per sequence, only page rounding moves it"}

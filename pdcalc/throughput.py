@@ -289,6 +289,28 @@ def attention_flops_per_token(model, context, *, phase: str = "decode"):
     return _out(f, np.ndim(context) == 0)
 
 
+def indexer_flops_per_token(model, context, *, phase: str = "decode"):
+    """DeepSeek-V3.2: the lightning indexer's share of :func:`attention_flops_per_token` (0 for other models):
+    ``n_layers 2 n_I d_I L`` in decode, the mean over the prompt in prefill. Every card of a TP group computes
+    it whole: the reference ``Indexer`` builds plain ``Linear`` layers (deepseek-ai/DeepSeek-V3.2-Exp
+    ``inference/model.py`` L441-444), and vLLM, SGLang and vllm-ascend replicate it."""
+    s, phase = _split(model), _check_phase(phase)
+    L = _array(context, "context", 1)
+    if not s.sparse:
+        return _out(np.zeros_like(L), np.ndim(context) == 0)
+    per_index_key = 2 * s.index_heads * s.index_dim
+    f = s.layers * per_index_key * (L if phase == "decode" else (np.floor(L) + 1) / 2)
+    return _out(f, np.ndim(context) == 0)
+
+
+def attention_flops_per_card(model, context, *, phase: str = "decode", tp: int = 1):
+    """Attention-core FLOPs of one token on one card of a TP group of ``tp``: the heads split ``1/tp``, the
+    V3.2 indexer whole on every card (:func:`indexer_flops_per_token`)."""
+    attn = attention_flops_per_token(model, context, phase=phase)
+    index = indexer_flops_per_token(model, context, phase=phase)
+    return (attn - index) / tp + index
+
+
 def _sparse_prefill_mean(n, K: float, b: float, a: float):
     """Mean over queries ``i = 1..n`` of ``min(a i, b min(i, K))``: the cheaper of masked MHA over all ``i``
     keys (``a`` per key) and sparse MQA over the ``min(i, K)`` selected keys (``b`` per key)."""
@@ -379,14 +401,12 @@ def kv_bytes_per_token(model, kv_bytes: float = DEFAULT_KV_BYTES) -> float:
     return mla_bytes_per_token(model, dtype_bytes=kv_bytes)
 
 
-def index_key_bytes_per_token(model) -> float:
-    """DeepSeek-V3.2: lightning-indexer key bytes of one token over all layers (0 without an indexer).
-
-    The reference layout (:func:`pdcalc.kv_cache.indexer_entry_bytes`): ``d_I`` FP8 values and one fp32
-    scale per 128 of them, 132 B per layer for V3.2-Exp.
-    """
+def index_key_bytes_per_token(model, engine: str | None = None) -> float:
+    """DeepSeek-V3.2: lightning-indexer key bytes of one token over all layers (0 without an indexer), as
+    ``engine`` stores them (:func:`pdcalc.kv_cache.indexer_entry_bytes`; None: the reference code's, ``d_I``
+    FP8 values and one fp32 scale per 128 of them, as vLLM; vllm-ascend keeps BF16 keys)."""
     s = _split(model)
-    return s.layers * indexer_entry_bytes(s.config, "reference") if s.sparse else 0.0
+    return s.layers * indexer_entry_bytes(s.config, engine or "reference") if s.sparse else 0.0
 
 
 @dataclass(frozen=True)
@@ -431,11 +451,16 @@ def _v4_kv(model, engine: str) -> tuple[_KVKind, ...]:
 
 
 def _engine(s: _Split, engine: str | None) -> str | None:
-    """The engine whose KV layout a step reads: V4 default :data:`DEFAULT_V4_ENGINE`; V3 none."""
+    """The engine whose KV layout a step reads: V4 default :data:`DEFAULT_V4_ENGINE`; V3.2 the engine's indexer
+    keys (None: the reference's); the other MLA models none (their latent's dtype is ``kv_bytes``)."""
     if not s.v4:
+        if s.sparse:
+            if engine is not None and engine not in ENGINES:
+                raise UnknownNameError("engine", engine, ENGINES)
+            return engine
         if engine not in (None, "reference"):
-            raise LayoutError(f"engine={engine!r}: DeepSeek-V3 steps use the reference BF16 MLA cache (its dtype "
-                              f"set by kv_bytes); engine must be None or 'reference'")
+            raise LayoutError(f"engine={engine!r}: {s.model_type} steps read the MLA latent at the dtype kv_bytes "
+                              f"sets, the same in every engine; engine must be None or 'reference'")
         return None
     engine = DEFAULT_V4_ENGINE if engine is None else engine
     if engine not in ENGINES:
@@ -485,9 +510,9 @@ def kv_read_bytes_per_sequence(model, context, *, phase: str = "decode", engine:
     if s.sparse and phase == "decode":
         n = np.floor(L)
         return _out(np.minimum(n, s.index_topk) * kv_bytes_per_token(model, kv_bytes)
-                    + n * index_key_bytes_per_token(model), scalar)
+                    + n * index_key_bytes_per_token(model, engine), scalar)
     if not s.v4:
-        return _out(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model)), scalar)
+        return _out(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model, engine)), scalar)
     n = np.floor(L)
     out = np.zeros(n.shape)
     for k in _v4_kv(model, engine):
@@ -518,7 +543,7 @@ def kv_stored_bytes_per_sequence(model, context, *, engine: str | None = None,
     L = _array(context, "context", 1)
     scalar = np.ndim(context) == 0
     if not s.v4:
-        return _out(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model)), scalar)
+        return _out(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model, engine)), scalar)
     n = np.floor(L).astype(np.int64)
     out = np.zeros(n.shape)
     for k in _v4_kv(model, engine):
@@ -1275,10 +1300,10 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
 
     def attn_core(tally, seqs, queries, times, layers_share):
         if prefill:
-            f = queries * attention_flops_per_token(model, L, phase="prefill") / tp
+            f = queries * attention_flops_per_card(model, L, phase="prefill", tp=tp)
             b = seqs * kv_read_bytes_per_sequence(model, L, phase="prefill", engine=engine, kv_bytes=kv_b)
         else:
-            f = queries * attention_flops_per_token(model, L, phase="decode") / tp
+            f = queries * attention_flops_per_card(model, L, phase="decode", tp=tp)
             b = seqs * kv_read_bytes_per_sequence(model, L, phase="decode", engine=engine, kv_bytes=kv_b)
         f, b = f * layers_share, b * layers_share
         t_f, t_b = f / (att.compute_share * P_attn), b / (att.memory_share * W)
@@ -1598,7 +1623,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     _check_int("tp", tp)
     _check_int("dp", dp)
     problem = tp_problem(tp, heads=s.heads, o_groups=s.o_groups if s.v4 else None,
-                         index_heads=s.index_heads)
+                         index_heads=s.index_heads if s.v4 else None)
     if problem:
         raise LayoutError(f"TP degree {problem}")
     engine = _engine(s, engine)
@@ -1686,11 +1711,11 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
     T_g = T / groups                   # tokens routed inside one EP group (or rank)
 
     # compute
-    attn_phase = attention_flops_per_token(model, L, phase=phase)
+    attn_card = attention_flops_per_card(model, L, phase=phase, tp=tp)
     f_lin = (2 * T_r * (s.replicated + s.tp_split / tp)          # non-routed tensors of the rank
              + 2 * (S_r if phase == "prefill" else T_r) * s.head / tp   # logits: a row per sequence (prefill)
              + 2 * T * s.top_k * s.routed * rho / (s.n_experts * cards))  # routed experts, spread over all cards
-    f_attn = T_r * attn_phase / tp
+    f_attn = T_r * attn_card
     compute_s = f_lin / (p_lin * mfu) + f_attn / (c.flops(attn_dtype) * mfu)
 
     # memory

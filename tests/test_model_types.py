@@ -137,8 +137,9 @@ def test_family_table_has_every_preset_with_its_counts_and_caches():
         c = get_inventory(name).counts()
         assert t.loc[name, "params (B)"] == c.total / 1e9 and t.loc[name, "MTP (B)"] == c.mtp / 1e9
     cfg = load_config(V32)
-    for engine, (latent, index) in V32_PER_LAYER.items():        # no MTP layer in the V3.2-Exp preset
-        assert t.loc[V32, f"KV {engine} (KB)"] == pytest.approx(cfg.num_hidden_layers * (latent + index) / 1e3)
+    layers = cfg.num_hidden_layers + cfg.num_nextn_predict_layers            # the MTP layer caches too
+    for engine, (latent, index) in V32_PER_LAYER.items():
+        assert t.loc[V32, f"KV {engine} (KB)"] == pytest.approx(layers * (latent + index) / 1e3)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -159,3 +160,98 @@ def test_a_v4_inference_config_is_refused_in_one_line(tmp_path):
     data = json.loads(_data_path("models", "deepseek_v4_flash_inference_config.json").read_text())
     out = assert_clean(run_cli("params", _write(tmp_path, data), "--json"))
     assert out.code == 2 and "DeepSeek-V4 inference config" in out.err
+
+
+
+# ------------------------------------------------------------------------------ review follow-ups
+@pytest.mark.parametrize("body,field,message", [
+    ({"dim": 5120, "n_layers": 60, "n_expert_groups": "8"}, "n_expert_groups", "must be an integer in 1..65,536, got '8'"),
+    ({"dim": [8], "n_layers": 60}, "dim", "must be an integer"),
+    ({"dim": 5120, "n_layers": 60, "score_func": "relu"}, "score_func", "must be 'softmax' or 'sigmoid', got 'relu'"),
+    ({"dim": 7168, "n_layers": 61, "index_n_heads": 64, "q_lora_rank": 0}, "q_lora_rank", "missing"),
+])
+def test_inference_config_errors_name_the_files_own_field(tmp_path, body, field, message):
+    out = assert_clean(run_cli("params", _write(tmp_path, body), "--json"))
+    assert out.code == 2 and f"field '{field}'" in out.err and message in out.err
+
+
+def test_inference_config_fields_left_out_take_the_reference_defaults():
+    """ModelArgs fills what a config leaves out: config_236B.json without n_shared_experts and n_dense_layers
+    still counts as the reference does (its defaults, 2 and 1, are DeepSeek-V2's values)."""
+    from pdcalc.inventory import get_inventory
+    from pdcalc.model import INFERENCE_DEFAULTS, config_from_dict
+
+    data = json.loads(_data_path("models", "deepseek_v2_inference_config_236B.json").read_text())
+    assert (data["n_shared_experts"], data["n_dense_layers"]) == (INFERENCE_DEFAULTS["n_shared_experts"],
+                                                                  INFERENCE_DEFAULTS["n_dense_layers"])
+    full = get_inventory(config_from_dict(data, name="v2", source="v2")).counts().total
+    del data["n_shared_experts"], data["n_dense_layers"]
+    assert get_inventory(config_from_dict(data, name="v2", source="v2")).counts().total == full
+
+
+def test_a_v32_config_with_a_zero_query_rank_is_refused():
+    data = json.loads(_data_path("models", "deepseek_v32_exp_config.json").read_text())
+    data["q_lora_rank"] = 0
+    from pdcalc.errors import ConfigError
+    from pdcalc.model import config_from_dict
+
+    with pytest.raises(ConfigError, match="'q_lora_rank': must be an integer in 1"):
+        config_from_dict(data, name="x", source="x")
+
+
+def test_the_v32_indexer_is_whole_on_every_tp_card():
+    """Plain Linear layers in the reference Indexer (no TP split): at TP8 every card holds and computes it all."""
+    from pdcalc.memory import card_weights
+    from pdcalc.quant import weight_bytes
+
+    whole = weight_bytes(V32, "fp8", category="indexer")
+    assert card_weights(V32, "fp8", ep=8, tp=8).by_category["indexer"] == pytest.approx(whole)
+    idx = tput.indexer_flops_per_token(V32, 32_000, phase="decode")
+    attn = tput.attention_flops_per_token(V32, 32_000, phase="decode")
+    assert tput.attention_flops_per_card(V32, 32_000, phase="decode", tp=8) == pytest.approx((attn - idx) / 8 + idx)
+    assert tput.indexer_flops_per_token("deepseek-v3", 32_000) == 0
+
+
+def test_the_v32_step_reads_the_engines_indexer_keys():
+    cfg = load_config(V32)
+    n = 40_000
+    for engine, (_, index) in V32_PER_LAYER.items():
+        read = tput.kv_read_bytes_per_sequence(V32, n, phase="decode", engine=engine)
+        assert read == cfg.num_hidden_layers * (cfg.index_topk * 1152 + n * index)
+
+
+def test_the_transcribed_v32_preset_is_v3_plus_the_indexer():
+    """The V3.2-Exp preset is DeepSeek-V3's config.json with the type and the three index fields of DeepSeek's
+    V3.2-Exp inference config, whose every other field equals V3's inference config."""
+    v3 = json.loads(_data_path("models", "deepseek_v3_config.json").read_text())
+    v32 = json.loads(_data_path("models", "deepseek_v32_exp_config.json").read_text())
+    inf3 = json.loads(_data_path("models", "deepseek_v3_inference_config_671B.json").read_text())
+    inf32 = json.loads(_data_path("models", "deepseek_v32_exp_inference_config.json").read_text())
+    index = {"index_n_heads", "index_head_dim", "index_topk"}
+    assert {k: v for k, v in inf32.items() if k not in index | {"scale_fmt"}} == inf3
+    stated = index | {"model_type", "architectures"}
+    assert {k: v for k, v in v32.items() if k not in stated} == {k: v for k, v in v3.items() if k not in stated}
+    assert {k: v32[k] for k in index} == {k: inf32[k] for k in index}
+    assert v32["model_type"] == "deepseek_v32"
+
+
+@pytest.mark.parametrize("card,model,scheme", [("h800", "deepseek-v3", "fp8"), ("h200", "deepseek-v4-flash", "fp8-fp4"),
+                                               ("h800", "deepseek-v2-lite", "bf16"),
+                                               ("ascend-910b2", "deepseek-v3", "w8a8"),
+                                               ("ascend-910b2", "deepseek-v4-flash", "w8a8-msmodelslim")])
+def test_default_quant_follows_the_card(card, model, scheme):
+    out = assert_clean(run_cli("memory", model, "--card", card, "--ep", "8", "--json"))
+    assert out.code == 0 and out.json["quant"] == scheme
+
+
+def test_a_config_not_named_config_json_is_named_by_its_file(tmp_path):
+    import shutil
+
+    p = tmp_path / "sub" / "my-model.json"
+    p.parent.mkdir()
+    shutil.copy(_data_path("models", "deepseek_v2_lite_config.json"), p)
+    assert load_config(str(p)).name == "my-model"
+    q = tmp_path / "v2-lite" / "config.json"
+    q.parent.mkdir()
+    shutil.copy(p, q)
+    assert load_config(str(q)).name == "v2-lite"

@@ -543,9 +543,12 @@ def test_a_chapter_reruns_on_a_v2_lite_config(chapter, tmp_path):
                 g[name] = md if md is not None else ast.literal_eval(data["application/papermill.record/text/plain"])
     if chapter == "architecture":
         assert f"**`v2-lite` has {inv.counts().total / 1e9:.2f} billion parameters" in g["card_finding"]
+        assert g["mtp_clause"] == "its config declares no MTP module" and "another model" in g["ii_gap"]
+        assert "the official release (BF16" in g["loads"] and "wo_a" not in g["loads"]     # V2-Lite ships BF16
         assert f"MoE layer of {inv.n_routed_experts} routed and {inv.config.n_shared_experts} shared" in g["block_story"]
     elif chapter == "kv_memory":
         assert "`v2-lite` (deepseek_v2) uses {term}`MLA`" in g["kv_story"]
-        assert g["fixed_mb"] == 0
+        assert g["fixed_mb"] == 0 and g["fixed_what"].startswith("nothing") and "FP8" not in g["engines_differ"]
     else:
         assert g["d_experts"] == inv.n_routed_experts // 32
+        assert g["ii_vs_article"] == "smaller" and "declares no MTP module" in g["quant_desc"]
