@@ -387,11 +387,18 @@ def _article_inventory(name: str) -> Inventory:
     tensors: list[Tensor] = []
     for row in data["tensor"]:
         per_layer = row.get("per_layer", False)
-        shape = tuple(row["shape"]) if "shape" in row else (int(row["params"]),)
+        count = row.get("count", 1)
+        if "shape" in row:
+            shape = tuple(row["shape"])
+        else:  # a printed total over ``count`` equal pieces (the experts an EP group divides)
+            total = int(row["params"])
+            if total % count:
+                raise ValueError(f"{path.name}: {row['name']}: {total} parameters do not split into {count} pieces")
+            shape = (total // count,)
         for layer in (range(layers) if per_layer else [None]):
             tensors.append(Tensor(
                 name=row["name"].format(layer=layer), layer=layer, part="main", module=row["module"],
-                category=row["category"], role=row["role"], shape=shape, count=row.get("count", 1),
+                category=row["category"], role=row["role"], shape=shape, count=count,
                 shard=row.get("shard", "replicated"), source=f"{data['article']} §{row['section']}",
             ))
     return Inventory(name=name, source=data["source"], tensors=tuple(tensors),

@@ -522,6 +522,9 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
         return load_config_file(_data_path("models", preset["file"]), name=key, source=preset["source"])
     if key.strip() and (Path(key).suffix == ".json" or "/" in key or _exists(key)):
         return load_config_file(key)
+    if key in ARTICLE_PRESETS:
+        raise ConfigError(key, None, "an article's architecture, as printed, without a config.json; this needs an "
+                          f"official preset ({', '.join(CONFIG_PRESETS)}) or a config.json path")
     raise UnknownNameError("model", key, MODEL_NAMES)
 
 

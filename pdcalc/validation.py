@@ -100,6 +100,26 @@ class Band:
         return self.low <= ratio <= self.high
 
 
+#: max-num-batched-tokens tried for the vllm-ascend V4-Flash log, which does not print it: vLLM's scheduler
+#: setting sizes buffers allocated with the model (pdcalc.memory.load_buffers); 4,096 to 16,384 tokens.
+V4_LOG_BATCHED_TOKENS = (4096, 8192, 16384)
+
+
+def _loader_band_why() -> str:
+    """Why the V4-Flash W8A8 weights are held to 3 %, with the two open amounts computed."""
+    from pdcalc.model import load_config
+
+    lo, hi = V4_LOG_BATCHED_TOKENS[0], V4_LOG_BATCHED_TOKENS[-1]
+    spread = (sum(load_buffers("deepseek-v4-flash", max_num_batched_tokens=hi).values())
+              - sum(load_buffers("deepseek-v4-flash", max_num_batched_tokens=lo).values()))
+    cfg = load_config("deepseek-v4-flash")
+    head = cfg.vocab_size * cfg.hidden_size * 2
+    return ("Checkpoint dtypes from the quantization recipe and every allocation of the loader from its code "
+            f"(w8a8-msmodelslim, pdcalc.memory.load_buffers); open: the run's max-num-batched-tokens, "
+            f"{spread / GiB:.2f} GiB between {lo:,} and {hi:,} tokens, and whether the MTP draft's head is "
+            f"deduplicated against the main one ({head / GiB:.2f} GiB): 3 %.")
+
+
 #: The bands, by kind of check. Each is a claim about pdcalc, not a fit to the numbers.
 BANDS: dict[str, Band] = {
     "weights-stated": Band(0.98, 1.02, (
@@ -110,10 +130,7 @@ BANDS: dict[str, Band] = {
         "The layout is stated for the thread, not for the comment that printed the number: the nearest "
         "consistent layout must be within 5 %, and the measurement must lie inside the range of consistent "
         "layouts (moving a pipeline-stage boundary moves one MoE layer, ~1.3 GiB of ~40 GiB).")),
-    "weights-loader-open": Band(0.97, 1.03, (
-        "Checkpoint dtypes from the quantization recipe and every allocation of the loader from its code "
-        "(w8a8-msmodelslim, pdcalc.memory.load_buffers); open: the run's max-num-batched-tokens, about 0.45 GiB "
-        "between 4,096 and 16,384 tokens, and whether the MTP head is deduplicated (about 1 GiB, 2 %): 3 %.")),
+    "weights-loader-open": Band(0.97, 1.03, _loader_band_why()),
     "kv-bytes": Band(0.95, 1.05, (
         "An MLA cache row is exact (576 values per layer per token), so tokens = memory / bytes per token "
         "leaves only how the engine rounds its pool (whole blocks, a layer for the MTP draft); the summary "
@@ -206,10 +223,6 @@ THROUGHPUT_BANDS: dict[str, Band] = {
 
 
 # ------------------------------------------------------------------------------------------ weights
-#: max-num-batched-tokens tried for the vllm-ascend V4-Flash log, which does not print it: vLLM's scheduler
-#: setting sizes buffers allocated with the model (pdcalc.memory.load_buffers); 4,096 to 16,384 tokens.
-V4_LOG_BATCHED_TOKENS = (4096, 8192, 16384)
-
 #: A what-if scheme: only the routed experts in int8 (per-channel scale and offset), everything else
 #: BF16. Not a published checkpoint layout: tested against vllm-ascend issue #13439.
 W8A8_EXPERTS_ONLY = Scheme(

@@ -255,3 +255,18 @@ def test_a_config_not_named_config_json_is_named_by_its_file(tmp_path):
     q.parent.mkdir()
     shutil.copy(p, q)
     assert load_config(str(q)).name == "v2-lite"
+
+
+def test_the_v3_articles_expert_part_is_divided_by_the_ep_group():
+    from pdcalc.claims import printed_value
+    from pdcalc.memory import card_weights
+
+    w = card_weights("deepseek-v3-article", "article-1byte", ep=8)
+    experts = float(str(printed_value("v3-2.3.1-expert-params")).rstrip("B")) * 1e9
+    assert w.by_category["all_experts"] == pytest.approx(experts * 32 / 256, rel=1e-12)
+
+
+def test_an_article_preset_where_a_config_is_needed_is_one_line():
+    out = assert_clean(run_cli("plan", "--model", "deepseek-v3-article", "--card", "ascend-910b2", "--cards", "16",
+                               "--prompt", "1000", "--output", "100", "--concurrency", "8", "--json"))
+    assert out.code == 2 and "an article's architecture, as printed, without a config.json" in out.err
