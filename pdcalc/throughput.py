@@ -815,19 +815,25 @@ class AttentionCeilings:
 
 
 @cache
-def attention_ceilings(card: str, attn_dtype: str = "bf16") -> AttentionCeilings:
-    """Shares of peak a dense MLA decoding kernel reaches (FlashMLA on the H800, AMLA on the 910C).
+def attention_ceilings(card: str, attn_dtype: str = "bf16", attention: str = "dense",
+                       topk: int | None = None) -> AttentionCeilings:
+    """Shares of peak an MLA decoding kernel reaches (FlashMLA on the H800, AMLA on the 910C).
 
-    Compute: the highest published FLOP/s of the card's dense kernels over its peak in ``attn_dtype``
-    (the preset's); memory: the highest published bandwidth over its HBM bandwidth. A card without a
-    figure takes the share of its maker's measured card (:data:`NEAREST_CARD`), the memory share of the
-    H800 where its maker published none. Prefill attention has no published figure: the decoding
-    kernel's compute share is used for it (see :func:`step`).
+    Compute: the highest published FLOP/s of the card's kernels of that ``attention`` ("dense", or "sparse":
+    FlashMLA's token-level sparse kernel of DeepSeek-V3.2, at ``topk`` selected tokens where a point states
+    it) over its peak in ``attn_dtype`` (the preset's); memory: the highest published bandwidth of a dense
+    kernel over its HBM bandwidth (no sparse kernel publishes one). A card without a figure takes the share
+    of its maker's measured card (:data:`NEAREST_CARD`), the memory share of the H800 where its maker
+    published none. Prefill attention has no published figure: the decoding kernel's compute share is used
+    for it (see :func:`step`).
     """
     costs = _costs()
     c = get_card(card)
     pts = [p for p in costs.points("mla") if p.attention == "dense" and p.phase == "decode"]
-    comp = [p for p in pts if p.achieved_flop_per_s is not None]
+    comp = [p for p in costs.points("mla") if p.attention == attention and p.phase == "decode"
+            and p.achieved_flop_per_s is not None]
+    if attention == "sparse" and topk is not None and any(p.topk == topk for p in comp):
+        comp = [p for p in comp if p.topk == topk]
     mem = [p for p in pts if p.memory_bytes_per_s is not None and p.bound == "memory"]
     src_c = _nearest(c, {p.card for p in comp})
     src_m = _nearest(c, {p.card for p in mem})
@@ -839,7 +845,7 @@ def attention_ceilings(card: str, attn_dtype: str = "bf16") -> AttentionCeilings
     sources = (
         CostSource("MLA attention, compute", f"{c.name} {attn_dtype}", f"{src_c} bf16", (best_c.table_id,),
                    src_c != c.name or attn_dtype != "bf16",
-                   f"{best_c.achieved_flop_per_s / 1e12:g} TFLOPS of a dense decoding kernel = {cs:.1%} of "
+                   f"{best_c.achieved_flop_per_s / 1e12:g} TFLOPS of a {attention} decoding kernel = {cs:.1%} of "
                    f"{src_c}'s BF16 peak" + ("" if src_c == c.name else f", carried to {c.name} as a share of its "
                                                                         f"{attn_dtype} peak")),
         CostSource("MLA attention, memory", c.name, src_m, (best_m.table_id,), src_m != c.name,
@@ -1267,7 +1273,8 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
     prefill = phase == "prefill"
     q_per_seq = L if prefill else float(1 + mtp_steps)
     in_bytes = 1.0 if lin_dtype in ("fp8", "int8") else 2.0
-    att = attention_ceilings(c.name, attn_dtype)
+    att = attention_ceilings(c.name, attn_dtype, "sparse" if s.sparse else "dense",
+                             topk=s.index_topk if s.sparse else None)
     sources.extend(att.sources)
     P_attn = c.flops(attn_dtype)
     W = c.hbm_bandwidth_bytes_per_s
@@ -1444,10 +1451,9 @@ def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S
         sources.append(CostSource("DeepSeek-V4 attention", c.name, "MLA decoding kernels", (), True,
                                   "no published kernel for V4's hybrid attention: the MLA ceilings are used"))
     if s.sparse:
-        sources.append(CostSource("DeepSeek-V3.2 indexer and sparse attention", c.name, "MLA decoding kernels", (),
-                                  True, "the indexer's FP8 scores and the sparse MLA are timed with the dense MLA "
-                                  "ceilings; FlashMLA's sparse kernels and DeepGEMM's indexer logits are not in "
-                                  "costs.toml"))
+        sources.append(CostSource("DeepSeek-V3.2 indexer", c.name, "MLA decoding kernels", (), True,
+                                  "the indexer's FP8 scores take the sparse MLA kernel's share of peak: DeepGEMM's "
+                                  "indexer-logit kernel publishes no figure in costs.toml"))
     tokens_out = S * (1.0 + acc) if not prefill else S * L
     parts = {k: v for k, v in tally.parts.items()}
     parts["overlap saved"] = np.maximum(0.0, sum(v for k, v in parts.items()) - total) if overlap else tally.zero

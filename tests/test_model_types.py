@@ -270,3 +270,18 @@ def test_an_article_preset_where_a_config_is_needed_is_one_line():
     out = assert_clean(run_cli("plan", "--model", "deepseek-v3-article", "--card", "ascend-910b2", "--cards", "16",
                                "--prompt", "1000", "--output", "100", "--concurrency", "8", "--json"))
     assert out.code == 2 and "an article's architecture, as printed, without a config.json" in out.err
+
+
+def test_the_v32_published_step_takes_flashmlas_sparse_kernel():
+    """V3.2's attention core is timed with FlashMLA's published sparse decoding figure at its own top-k."""
+    from pdcalc import costs
+
+    att = tput.attention_ceilings("h800", "bf16", "sparse", topk=load_config(V32).index_topk)
+    (point,) = [p for p in costs.points("mla") if p.attention == "sparse" and p.card == "h800"
+                and p.topk == load_config(V32).index_topk]
+    from pdcalc.hardware import get_card
+
+    assert att.compute_share == pytest.approx(point.achieved_flop_per_s / get_card("h800").flops("bf16"))
+    r = tput.step(V32, "h800", tp=1, dp=8, ep=8, context=32_000, concurrency=256, quant="fp8", phase="decode",
+                  costs="published")
+    assert point.table_id in {t for s in r.cost_sources for t in s.tables}
