@@ -695,7 +695,7 @@ def kv_cache_story(model, engine: str, *, article_upper_kb=None) -> str:
     cfg = load_config(model) if not hasattr(model, "model_type") else model
     name = f"`{cfg.name}` ({cfg.model_type})"
     mtp = cfg.num_nextn_predict_layers
-    tail = (f"Every cache of every layer kind, as {engine} stores it page by page (see {{py:mod}}`pdcalc.kv_cache` "
+    tail = (f"Every cache of every layer kind, as {engine} stores it page by page (see `pdcalc.kv_cache` "
             "for the source of every entry size):")
     if cfg.model_type == "deepseek_v4":
         ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
@@ -704,22 +704,22 @@ def kv_cache_story(model, engine: str, *, article_upper_kb=None) -> str:
         upper = cfg.num_hidden_layers * entry
         versus = f", not {article_upper_kb}" if article_upper_kb is not None else ""
         return (f"{name} has no per-token latent on every layer. Every layer keeps a sliding window of the last "
-                f"{cfg.sliding_window} raw entries; {ratios.count(small)} layers ({{term}}`CSA`) also keep one "
-                f"compressed entry per {small} tokens and an {{term}}`indexer` entry that selects which of them to "
-                f"read; {ratios.count(large)} layers ({{term}}`HCA`) keep one compressed entry per {large} tokens; "
+                f"{cfg.sliding_window} raw entries; {ratios.count(small)} layers (CSA) also keep one "
+                f"compressed entry per {small} tokens and an indexer entry that selects which of them to "
+                f"read; {ratios.count(large)} layers (HCA) keep one compressed entry per {large} tokens; "
                 f"{ratios.count(0)} layers" + (" (and the MTP layer)" if mtp else "") + " keep only the window; the "
                 "compressors keep a small rolling state (the ratios are `compress_ratios` of `config.json`). A raw "
                 f"entry is one {cfg.head_dim}-dimensional vector with the RoPE dimensions inside it ({_kb(entry)} KB "
                 f"in BF16), so even an uncompressed cache would be {_kb(upper, 1)} KB per token{versus}. " + tail)
     latent = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2
     layers = f"{cfg.num_hidden_layers} layers" + (f" (and its {mtp} MTP layer{'s' if mtp > 1 else ''})" if mtp else "")
-    text = (f"{name} uses {{term}}`MLA`: on each of its {layers} it caches, per token, one "
+    text = (f"{name} uses MLA: on each of its {layers} it caches, per token, one "
             f"{cfg.kv_lora_rank}-dimensional latent and a {cfg.qk_rope_head_dim}-dimensional RoPE key "
             f"({_kb(latent)} KB in BF16, {_kb(latent * cfg.num_hidden_layers, 1)} KB per token over the main "
             "model). Nothing is windowed or compressed, so every token of context adds the same bytes and "
             "nothing is fixed per sequence. ")
     if cfg.sparse:
-        text += (f"Its lightning {{term}}`indexer` adds one {cfg.index_head_dim}-value key per token and layer "
+        text += (f"Its lightning indexer adds one {cfg.index_head_dim}-value key per token and layer "
                  f"({indexer_entry_bytes(cfg, engine):,.0f} B in {engine}) and selects the {cfg.index_topk:,} "
                  "tokens each query attends to, which bounds what a decode step reads but not what is stored. ")
     return text + tail
@@ -738,15 +738,15 @@ def block_story(model, *, article_o_rank=None) -> str:
                 f"{cfg.head_dim} wide, is read directly as key and value), the output groups have rank "
                 f"{cfg.o_lora_rank} rather than {theirs}, and {sum(1 for r in ratios if r)} of the "
                 f"{cfg.num_hidden_layers} layers add a KV compressor, {ratios.count(4)} of them a sparse-attention "
-                f"{{term}}`indexer`. The first {cfg.num_hash_layers} layers route by a token-id hash table instead "
+                f"indexer. The first {cfg.num_hash_layers} layers route by a token-id hash table instead "
                 "of the learned router. The official main model therefore has these kinds of block:")
     dense = sum(1 for i in range(cfg.num_hidden_layers) if not cfg.is_moe_layer(i))
     q = (f"a low-rank query (rank {cfg.q_lora_rank})" if cfg.q_lora_rank else "a full-rank query projection `wq`")
-    parts = [f"`{cfg.name}` ({cfg.model_type}) is an {{term}}`MLA` model like the article's drawing: {q}, a "
+    parts = [f"`{cfg.name}` ({cfg.model_type}) is an MLA model like the article's drawing: {q}, a "
              f"{cfg.kv_lora_rank}-wide KV latent with its up-projection `wkv_b`, {cfg.num_attention_heads} heads; "
              "it has no mHC mixing and no KV compressor."]
     if cfg.sparse:
-        parts.append(f"Every layer adds a lightning {{term}}`indexer` ({cfg.index_n_heads} heads of "
+        parts.append(f"Every layer adds a lightning indexer ({cfg.index_n_heads} heads of "
                      f"{cfg.index_head_dim}) that picks {cfg.index_topk:,} tokens per query.")
     first = "Its first layer has" if dense == 1 else f"Its first {dense} layers have"
     parts.append(f"{first} a dense FFN and the other "
@@ -783,13 +783,13 @@ def other_model_note(model, chapter_model: str = "deepseek-v4-flash", *, quant: 
     ref = load_config(chapter_model)
     if cfg.name == ref.name:
         return None
-    return (f"```{{admonition}} This page describes `{cfg.name}` ({cfg.model_type})\n:class: note\n"
+    return (f"> **This page describes `{cfg.name}` ({cfg.model_type}).** "
             f"It was re-run with `model` = `{cfg.name}`. The tables, charts and sentences built from `model` describe "
             f"that model, its {cfg.num_hidden_layers} layers and {cfg.n_routed_experts} routed experts. The "
             f"article's printed numbers are still checked against the official `{ref.name}`, which is what the "
             "article describes, so the verdicts and the audit are those of the published page."
             + (f" Its weights are stored as `{quant}`: `{asked_quant}` is DeepSeek-V4's own checkpoint recipe."
-               if quant and asked_quant and quant != asked_quant else "") + "\n```")
+               if quant and asked_quant and quant != asked_quant else ""))
 
 
 def architecture_findings(model, *, article_o_rank, quant: str) -> dict[str, str]:
@@ -897,7 +897,7 @@ def architecture_stories(model, *, quant: str, article_model: str, article_ii_pr
                "router, mHC weights, the output projections `wo_a` and `wo_b` and the compressors in floating point "
                "and quantizes the other linear layers to int8; vllm-ascend holds each int8 row's scale and offset in "
                "BF16 with an fp32 copy of the scale, and gives the MTP draft an embedding and a head of its own "
-               "({py:mod}`pdcalc.quant`).")
+               "(`pdcalc.quant`).")
     else:
         how = f"The scheme `{quant}`: {sch.description}."
     mtp_part = (f" and the MTP module that speculative decoding loads adds {mtp_gb:.2f} GB, which the article leaves "

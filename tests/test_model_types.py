@@ -285,3 +285,24 @@ def test_the_v32_published_step_takes_flashmlas_sparse_kernel():
     r = tput.step(V32, "h800", tp=1, dp=8, ep=8, context=32_000, concurrency=256, quant="fp8", phase="decode",
                   costs="published")
     assert point.table_id in {t for s in r.cost_sources for t in s.tables}
+
+
+
+def test_glued_markdown_holds_no_myst_syntax():
+    """Glued markdown is rendered as CommonMark: a MyST role or directive in it would print as raw text."""
+    import re
+
+    import nbformat
+
+    from pdcalc.model import _data_path
+
+    book = _data_path().parent.parent / "book"
+    found = []
+    for path in sorted(book.glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                data = out.get("data", {})
+                for key in ("application/papermill.record/text/markdown", "text/markdown"):
+                    if re.search(r"\{(term|doc|ref|py:\w+|eq)\}`|```\{", data.get(key, "")):
+                        found.append((path.name, data[key][:80]))
+    assert not found, found

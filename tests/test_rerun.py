@@ -547,7 +547,7 @@ def test_a_chapter_reruns_on_a_v2_lite_config(chapter, tmp_path):
         assert "the official release (BF16" in g["loads"] and "wo_a" not in g["loads"]     # V2-Lite ships BF16
         assert f"MoE layer of {inv.n_routed_experts} routed and {inv.config.n_shared_experts} shared" in g["block_story"]
     elif chapter == "kv_memory":
-        assert "`v2-lite` (deepseek_v2) uses {term}`MLA`" in g["kv_story"]
+        assert "`v2-lite` (deepseek_v2) uses MLA" in g["kv_story"]
         assert g["fixed_mb"] == 0 and g["fixed_what"].startswith("nothing") and "FP8" not in g["engines_differ"]
     else:
         assert g["d_experts"] == inv.n_routed_experts // 32
