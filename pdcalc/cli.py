@@ -150,11 +150,19 @@ def cmd_memory(args) -> int:
     from pdcalc.units import GB, GiB
 
     w = card_weights(args.model, args.quant, ep=args.ep, tp=args.tp, mtp=args.mtp, redundant=args.redundant)
-    b = budget(args.card, w.total_bytes, utilization=args.utilization)
+    buffers = {}
+    if args.max_num_batched_tokens is not None:
+        from pdcalc.kv_cache import default_engine
+        from pdcalc.memory import load_buffers
+
+        buffers = load_buffers(args.model, default_engine(args.card), max_num_batched_tokens=args.max_num_batched_tokens)
+    loaded = w.total_bytes + sum(buffers.values())
+    b = budget(args.card, loaded, utilization=args.utilization)
     out = {
         "model": args.model, "card": args.card, "quant": w.scheme, "ep": w.ep, "tp": w.tp, "mtp": w.mtp,
         "experts_per_card": w.experts_per_card,
         "weights_bytes": w.total_bytes, "weights_by_category_bytes": w.by_category,
+        "load_buffers_bytes": buffers, "loaded_bytes": loaded,
         "class_i_bytes": w.class_i_bytes, "class_ii_bytes": w.class_ii_bytes,
         "usable_bytes": b.usable_bytes, "usable_basis": f"{b.utilization} x {b.base_bytes:.0f} B visible",
         "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
@@ -177,6 +185,13 @@ def cmd_memory(args) -> int:
     for k, v in w.by_category.items():
         print(f"    {k:<24}{v / GB:>10.3f} GB {v / GiB:>10.3f} GiB")
     print(f"  weights                     {w.total_bytes / GB:>10.3f} GB {w.total_bytes / GiB:>10.3f} GiB")
+    if args.max_num_batched_tokens is not None:
+        if buffers:
+            for k, v in buffers.items():
+                print(f"    + {k:<22}{v / GB:>10.3f} GB {v / GiB:>10.3f} GiB")
+            print(f"  as the engine logs it       {loaded / GB:>10.3f} GB {loaded / GiB:>10.3f} GiB")
+        else:
+            print("  (no load buffers are modelled for this model on this card's engine)")
     print(f"  usable ({b.utilization} x visible) {b.usable_bytes / GB:>10.3f} GB {b.usable_bytes / GiB:>10.3f} GiB")
     print(f"  {b.verdict()}")
     if "kv" in out:
@@ -381,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
     sm.add_argument("--context", type=_int(1, MAX_TOKENS), default=None,
                     help="also say how many sequences of this many tokens the KV room holds")
+    sm.add_argument("--max-num-batched-tokens", type=_int(1, MAX_TOKENS), default=None,
+                    help="add the buffers the engine builds with the model at this scheduler setting, which "
+                         "vllm-ascend counts in the weights it logs (DeepSeek-V4; pdcalc.memory.load_buffers)")
     sm.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                     help="KV layout for --context (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     sm.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")

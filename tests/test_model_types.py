@@ -306,3 +306,17 @@ def test_glued_markdown_holds_no_myst_syntax():
                     if re.search(r"\{(term|doc|ref|py:\w+|eq)\}`|```\{", data.get(key, "")):
                         found.append((path.name, data[key][:80]))
     assert not found, found
+
+
+def test_memory_adds_the_load_buffers_when_asked():
+    from pdcalc import validation as V
+
+    out = assert_clean(run_cli("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "8",
+                               "--max-num-batched-tokens", "4096", "--json"))
+    d = out.json
+    assert d["loaded_bytes"] == pytest.approx(d["weights_bytes"] + sum(d["load_buffers_bytes"].values()))
+    chosen = V.weight_candidates("vllm-ascend-13439-v4flash-weights-per-card").query("chosen").iloc[0]
+    assert "4,096" in chosen["candidate"] and d["loaded_bytes"] == pytest.approx(chosen["predicted_bytes"])
+    plain = assert_clean(run_cli("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "8", "--json")).json
+    assert plain["load_buffers_bytes"] == {} and plain["loaded_bytes"] == plain["weights_bytes"]
+    assert plain["left_for_kv_bytes"] - d["left_for_kv_bytes"] == pytest.approx(sum(d["load_buffers_bytes"].values()))
