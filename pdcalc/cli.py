@@ -230,12 +230,8 @@ def cmd_throughput(args) -> int:
     from pdcalc.kv_cache import default_engine
     from pdcalc.model import load_config
 
-    model_type = load_config(args.model).model_type
-    v4 = model_type == "deepseek_v4"
-    kv = ({"engine": args.engine or default_engine(args.card)} if v4
-          else {"kv_bytes": 1.0} if args.kv_dtype in ("fp8", "fp8_ds_mla") else {})
-    if model_type == "deepseek_v32":
-        kv["engine"] = args.engine or default_engine(args.card)   # the engine's indexer keys
+    v4 = load_config(args.model).model_type == "deepseek_v4"
+    kv = tput.kv_step_kwargs(args.model, args.engine or default_engine(args.card), args.kv_dtype)
     if v4 and args.kv_dtype not in (None, "auto"):
         from pdcalc.kv_cache import engine_layout
 

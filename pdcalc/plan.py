@@ -471,20 +471,9 @@ def seq_kv_bytes(setup: Setup, context) -> np.ndarray | float:
                     kv_cache_dtype=setup.kv_cache_dtype).total_bytes
 
 
-@cache
-def _model_type(model) -> str:
-    return load_config(model).model_type
-
-
 def _kv_step_kwargs(setup: Setup) -> dict:
-    """The step's KV cache as the plan sizes it: DeepSeek-V4 reads its engine's layout; DeepSeek-V3 the
-    MLA cache at the plan's cache dtype's bytes per value (FP8: 1, else BF16: 2)."""
-    if _model_type(setup.model) == "deepseek_v4":
-        return {"engine": setup.engine}
-    out = {"kv_bytes": 1.0} if setup.kv_cache_dtype in ("fp8", "fp8_ds_mla") else {}
-    if _model_type(setup.model) == "deepseek_v32":
-        out["engine"] = setup.engine               # the engine's indexer keys
-    return out
+    """The step's KV cache as the plan sizes it (:func:`pdcalc.throughput.kv_step_kwargs`)."""
+    return tput.kv_step_kwargs(setup.model, setup.engine, setup.kv_cache_dtype)
 
 
 def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase):
@@ -1277,6 +1266,20 @@ def _failing(row, order: tuple[str, ...], stages: dict) -> list[str]:
     return [k for k in order if stages[k] == stages[first] and slack[k] < 0]
 
 
+def _kv_short(setup: Setup, work: Workload, row, *, room: float, card: str, one: str, holder: str) -> str:
+    """How the KV cache falls short, for :func:`_nothing_fits` and :func:`_agg_nothing_fits`: a card that holds
+    not even ``one`` sequence of the workload's context (``room`` GiB), or the sequences ``holder`` (subject
+    and verb) keeps."""
+    cap, conc = float(row["kv_capacity_seqs"]), float(row["concurrency"])
+    if cap == 0 or not math.isfinite(conc):
+        ctx = work.prompt_tokens + work.output_tokens
+        per_seq = float(seq_kv_bytes(setup, ctx))
+        return (f"{card} has {room:,.2f} GiB for KV cache, less than {one} of {ctx:,} tokens "
+                f"({per_seq / 2**30:,.2f} GiB)")
+    need = math.ceil(conc - 1e-9)
+    return f"{holder} {cap:,.0f} of the {need:,} sequences in flight, {need - cap:,.0f} short"
+
+
 def _nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
     """The closest split and its shortfall (one line): the split furthest along the constraints (P and D
     memory taken together), then the least relative shortfall there, then the fewest cards."""
@@ -1292,15 +1295,8 @@ def _nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
             lead = f"a {side} card is short by" if not parts else f"a {side} card by"
             parts.append(f"{lead} {-row[f'slack: {k}'] * usable / gib:,.2f} GiB")
         elif k == "KV capacity":
-            cap, conc = float(row["kv_capacity_seqs"]), float(row["concurrency"])
-            if cap == 0 or not math.isfinite(conc):
-                per_seq = float(seq_kv_bytes(setup, work.prompt_tokens + work.output_tokens))
-                parts.append(f"a D card has {row['d_kv_room_gib']:,.2f} GiB for KV cache, less than one sequence "
-                             f"of {work.prompt_tokens + work.output_tokens:,} tokens ({per_seq / gib:,.2f} GiB)")
-            else:
-                need = math.ceil(conc - 1e-9)
-                parts.append(f"the D side holds {cap:,.0f} of the {need:,} sequences in flight, {need - cap:,.0f} "
-                             f"short")
+            parts.append(_kv_short(setup, work, row, room=row["d_kv_room_gib"], card="a D card",
+                                   one="one sequence", holder="the D side holds"))
         elif k == "prefill load":
             parts.append(f"prefill runs at {100 * row['prefill_load']:,.0f}% of its capacity with "
                          f"{row['p_instances']:,} P instance{'s' if row['p_instances'] > 1 else ''} (max "
@@ -1381,16 +1377,8 @@ def _agg_nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
         if k == "memory":
             parts.append(f"a card is short by {-row['slack: memory'] * _usable(setup) / gib:,.2f} GiB")
         elif k == "KV capacity":
-            cap, conc = float(row["kv_capacity_seqs"]), float(row["concurrency"])
-            if cap == 0 or not math.isfinite(conc):
-                ctx = work.prompt_tokens + work.output_tokens
-                per_seq = float(seq_kv_bytes(setup, ctx))
-                parts.append(f"a card has {row['kv_room_gib']:,.2f} GiB for KV cache, less than one prompt in prefill "
-                             f"and one sequence of {ctx:,} tokens ({per_seq / gib:,.2f} GiB)")
-            else:
-                need = math.ceil(conc - 1e-9)
-                parts.append(f"the instances hold {cap:,.0f} of the {need:,} sequences in flight, {need - cap:,.0f} "
-                             f"short")
+            parts.append(_kv_short(setup, work, row, room=row["kv_room_gib"], card="a card",
+                                   one="one prompt in prefill and one sequence", holder="the instances hold"))
         elif k == "TPOT":
             parts.append(f"TPOT {_ms(row['tpot_s'])} against a target of {_ms(work.tpot_s)}"
                          + (f", prompt chunks taking {row['prefill_share']:.0%} of every step"

@@ -246,13 +246,17 @@ def default_scheme_on(model, card) -> str:
     checkpoint (:func:`default_scheme`)."""
     from pdcalc.hardware import get_card
 
-    if get_card(card).family == "nvidia":
-        cfg = get_inventory(model).config
-        if cfg is not None and cfg.model_type == "deepseek_v4":
-            return "fp8-fp4"
-        qc = (cfg.quantization_config if cfg is not None else None) or {}
-        return "fp8" if qc.get("quant_method") == "fp8" or qc.get("fmt") == "e4m3" else "bf16"
-    return default_scheme(model)
+    return release_scheme(model) if get_card(card).family == "nvidia" else default_scheme(model)
+
+
+def release_scheme(model) -> str:
+    """The scheme of a model's official release: FP8 + MXFP4 for DeepSeek-V4, FP8 where the config's
+    ``quantization_config`` says FP8, BF16 otherwise (``torch_dtype``)."""
+    cfg = get_inventory(model).config
+    if cfg is not None and cfg.model_type == "deepseek_v4":
+        return "fp8-fp4"
+    qc = (cfg.quantization_config if cfg is not None else None) or {}
+    return "fp8" if qc.get("quant_method") == "fp8" or qc.get("fmt") == "e4m3" else "bf16"
 
 
 def scheme_for(model, scheme: str) -> str:

@@ -678,6 +678,13 @@ def errata_brief(page: str | None = None):
 
 
 # ------------------------------------------------------------------------------ any model type
+def _config(model):
+    """The :class:`~pdcalc.model.ModelConfig` of a preset name, a config.json path or a config."""
+    from pdcalc.model import load_config
+
+    return model if hasattr(model, "model_type") else load_config(model)
+
+
 def _kb(x: float, decimals: int = 3) -> str:
     return f"{x / 1e3:,.{decimals}f}"
 
@@ -690,9 +697,8 @@ def kv_cache_story(model, engine: str, *, article_upper_kb=None) -> str:
     article's uncompressed upper bound, set against the real uncompressed cache of a V4 model.
     """
     from pdcalc.kv_cache import indexer_entry_bytes
-    from pdcalc.model import load_config
 
-    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    cfg = _config(model)
     name = f"`{cfg.name}` ({cfg.model_type})"
     mtp = cfg.num_nextn_predict_layers
     tail = (f"Every cache of every layer kind, as {engine} stores it page by page (see `pdcalc.kv_cache` "
@@ -728,9 +734,7 @@ def kv_cache_story(model, engine: str, *, article_upper_kb=None) -> str:
 def block_story(model, *, article_o_rank=None) -> str:
     """The official block of ``model`` against the V4 article's drawing, in a paragraph (markdown);
     ``article_o_rank``: the article's output-group rank, set against a V4 model's."""
-    from pdcalc.model import load_config
-
-    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    cfg = _config(model)
     if cfg.model_type == "deepseek_v4":
         ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
         theirs = article_o_rank if article_o_rank is not None else "the article's"
@@ -760,9 +764,7 @@ def block_story(model, *, article_o_rank=None) -> str:
 def example_layer(model) -> tuple[int, str]:
     """A representative main-model layer of ``model`` and what it shows: V4, the first ratio-4 layer
     (compressor and indexer); the MLA types, the first MoE layer."""
-    from pdcalc.model import load_config
-
-    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    cfg = _config(model)
     if cfg.model_type == "deepseek_v4":
         i = next((i for i in range(cfg.num_hidden_layers) if cfg.compress_ratio(i) == 4), 0)
         return i, f"an official block with a 4:1 compressor and an indexer (layer {i})"
@@ -777,10 +779,7 @@ def other_model_note(model, chapter_model: str = "deepseek-v4-flash", *, quant: 
     The article's numbers are audited against the official ``chapter_model`` whatever the run's model, so
     the verdicts stand; the tables, charts and sentences built from the run's model describe that model.
     """
-    from pdcalc.model import load_config
-
-    cfg = load_config(model) if not hasattr(model, "model_type") else model
-    ref = load_config(chapter_model)
+    cfg, ref = _config(model), _config(chapter_model)
     if cfg.name == ref.name:
         return None
     return (f"> **This page describes `{cfg.name}` ({cfg.model_type}).** "
@@ -794,10 +793,9 @@ def other_model_note(model, chapter_model: str = "deepseek-v4-flash", *, quant: 
 
 def architecture_findings(model, *, article_o_rank, quant: str) -> dict[str, str]:
     """The model-dependent findings of the architecture chapter (markdown), keyed ``card``, ``block``, ``mtp``."""
-    from pdcalc.model import load_config
     from pdcalc.quant import weight_bytes
 
-    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    cfg = _config(model)
     counts = get_inventory(model).counts()
     total, active = f"{counts.total / 1e9:.2f}", f"{counts.activated / 1e9:.2f}"
     mtp_gb = weight_bytes(model, quant, part="mtp") / 1e9
@@ -845,25 +843,12 @@ def family_table(models=None, *, context: int = 32768) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("model")
 
 
-def release_scheme(model) -> str:
-    """The scheme of a model's official release: FP8 + MXFP4 for DeepSeek-V4, FP8 where the config's
-    ``quantization_config`` says FP8, BF16 otherwise (``torch_dtype``)."""
-    cfg = get_inventory(model).config
-    if cfg is None:
-        return "bf16"
-    if cfg.model_type == "deepseek_v4":
-        return "fp8-fp4"
-    qc = cfg.quantization_config or {}
-    return "fp8" if qc.get("quant_method") == "fp8" or qc.get("fmt") == "e4m3" else "bf16"
-
-
 def architecture_stories(model, *, quant: str, article_model: str, article_ii_printed) -> dict[str, str]:
     """The architecture chapter's model-dependent sentences (markdown), keyed ``class_ii`` (a finding),
     ``ii_gap`` (what the class-II gap is made of), ``mtp_clause`` and ``loads`` (what the deployment loads)."""
-    from pdcalc.model import load_config
-    from pdcalc.quant import V4_ASCEND_W8A8, get_scheme, scheme_label
+    from pdcalc.quant import V4_ASCEND_W8A8, get_scheme, release_scheme, scheme_label, weight_bytes
 
-    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    cfg = _config(model)
     inv, art = get_inventory(model), get_inventory(article_model)
     off, art_split = class_split(model, quant), class_split(article_model, "article-1byte")
     ii, one = float(off.iloc[1]), float(off.iloc[0])
@@ -888,9 +873,9 @@ def architecture_stories(model, *, quant: str, article_model: str, article_ii_pr
     mtp_b = inv.counts().mtp / 1e9
     mtp_clause = (f"its MTP module, which speculative decoding loads beside it, adds {mtp_b:.2f} billion more" if mtp_b
                   else "its config declares no MTP module")
-    main_gb, mtp_gb = weight_bytes_of(model, quant) / 1e9, weight_bytes_of(model, quant, part="mtp") / 1e9
+    main_gb, mtp_gb = weight_bytes(model, quant) / 1e9, weight_bytes(model, quant, part="mtp") / 1e9
     release = release_scheme(model)
-    rel_gb = weight_bytes_of(model, release, part="all") / 1e9
+    rel_gb = weight_bytes(model, release, part="all") / 1e9
     sch = get_scheme(quant)
     if quant == V4_ASCEND_W8A8 and v4:
         how = ("The Ascend W8A8 checkpoint, as msModelSlim's recipe writes it, keeps the embedding, output head, norms, "
@@ -911,20 +896,11 @@ def architecture_stories(model, *, quant: str, article_model: str, article_ii_pr
     return {"class_ii": class_ii, "ii_gap": ii_gap, "mtp_clause": mtp_clause, "loads": loads}
 
 
-def weight_bytes_of(model, scheme, *, part: str = "main") -> float:
-    """Stored bytes of ``model`` under ``scheme`` (:func:`pdcalc.quant.weight_bytes`)."""
-    from pdcalc.quant import weight_bytes
-
-    return weight_bytes(model, scheme, part=part)
-
-
 def kv_words(model) -> dict[str, str]:
     """The KV chapter's model-dependent phrases (markdown): what the slope and the fixed part of a sequence's
     cache are made of (``slope_what``, ``fixed_what``) and how the engines' layouts differ (``engines_differ``).
     Source: :mod:`pdcalc.kv_cache` (the layouts and their sources)."""
-    from pdcalc.model import load_config
-
-    cfg = load_config(model) if not hasattr(model, "model_type") else model
+    cfg = _config(model)
     mtp = " and MTP" if cfg.num_nextn_predict_layers else ""
     if cfg.model_type == "deepseek_v4":
         return {"slope_what": f"the compressed, indexer{mtp} entries",

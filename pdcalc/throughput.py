@@ -78,7 +78,7 @@ from pdcalc.flops import hybrid_attention_flops, layer_ratios, sum_capped_floor
 from pdcalc.hardware import Card, get_card
 from pdcalc.inventory import get_inventory
 from pdcalc.kv_cache import ENGINES, engine_layout, indexer_entry_bytes, mla_bytes_per_token
-from pdcalc.model import ModelConfig
+from pdcalc.model import ModelConfig, load_config
 from pdcalc.checks import tp_problem
 from pdcalc.memory import card_weights
 from pdcalc.parallel import allreduce_bytes, expected_remote_cards, place_experts
@@ -199,6 +199,19 @@ def _build_split(model) -> _Split:
                   index_heads=cfg.index_n_heads if v4 or cfg.sparse else None,
                   index_dim=cfg.index_head_dim if cfg.sparse else None,
                   index_topk=cfg.index_topk if cfg.sparse else None)
+
+
+def kv_step_kwargs(model, engine: str, kv_cache_dtype: str | None = None) -> dict:
+    """The KV arguments of :func:`step` for ``model`` served by ``engine`` with the cache format
+    ``kv_cache_dtype``: DeepSeek-V4 reads the engine's layout; the other MLA models the latent at 1 byte per
+    value in FP8 (``fp8``, ``fp8_ds_mla``) and 2 otherwise, and V3.2 also the engine's indexer keys."""
+    model_type = load_config(model).model_type
+    if model_type == "deepseek_v4":
+        return {"engine": engine}
+    out = {"kv_bytes": 1.0} if kv_cache_dtype in ("fp8", "fp8_ds_mla") else {}
+    if model_type == "deepseek_v32":
+        out["engine"] = engine
+    return out
 
 
 def _check_phase(phase: str) -> str:

@@ -80,13 +80,14 @@ def code_outputs(nb) -> list[list[dict]]:
 
 
 def glued(nb) -> dict:
-    """Values recorded with ``myst_nb.glue`` (papermill records), by name."""
+    """Values recorded with ``myst_nb.glue`` (papermill records), by name: markdown as its text."""
     out = {}
     for cell in nb.cells:
         for o in cell.get("outputs", []):
             name = o.get("metadata", {}).get("scrapbook", {}).get("name")
             if name:
-                out[name] = ast.literal_eval(o["data"]["application/papermill.record/text/plain"])
+                md = o["data"].get("application/papermill.record/text/markdown")
+                out[name] = md if md is not None else ast.literal_eval(o["data"]["application/papermill.record/text/plain"])
     return out
 
 
@@ -533,14 +534,7 @@ def test_a_chapter_reruns_on_a_v2_lite_config(chapter, tmp_path):
     assert "This page describes `v2-lite` (deepseek_v2)" in text
     assert "Its weights are stored as `w8a8`" in text          # the V4 recipe is V4's; the model gets its own
     inv = get_inventory(str(cfg))
-    g = {}
-    for c in nb.cells:
-        for o in c.get("outputs", []):
-            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name:
-                data = o["data"]
-                md = data.get("application/papermill.record/text/markdown")
-                g[name] = md if md is not None else ast.literal_eval(data["application/papermill.record/text/plain"])
+    g = glued(nb)
     if chapter == "architecture":
         assert f"**`v2-lite` has {inv.counts().total / 1e9:.2f} billion parameters" in g["card_finding"]
         assert g["mtp_clause"] == "its config declares no MTP module" and "another model" in g["ii_gap"]
