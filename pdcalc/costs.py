@@ -74,6 +74,7 @@ UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (
     ("_x", "_x", 1.0),
     ("_ratio", "_ratio", 1.0),
     ("_tokens", "_tokens", 1.0),
+    ("_tokens_per_s", "_tokens_per_s", 1.0),
 )
 
 #: Numeric keys without a unit: shapes and counts (integers).
@@ -100,7 +101,8 @@ _NUMERIC: dict[str, frozenset] = {
                            "tokens_per_batch", "hidden", "top_k", "link_max_gb_per_s", "nic_max_gb_per_s"}),
     "allreduce": frozenset({"world_size", "time_us", "bus_bandwidth_gb_per_s", "alg_bandwidth_gb_per_s",
                             "line_rate_gb_per_s", "nic_bandwidth_low_gb_per_s", "nic_bandwidth_high_gb_per_s"}),
-    "overhead": frozenset({"batch_size", "speedup_x", "block_time_us", "idle_us"}),
+    "overhead": frozenset({"batch_size", "speedup_x", "block_time_us", "idle_us", "ep_size", "tokens_per_batch",
+                           "context_tokens", "node_tokens_per_s"}),
     "mtp_acceptance": frozenset({"acceptance_low_percent", "acceptance_high_percent", "speedup_x"}),
     "expert_imbalance": frozenset({"slots_per_rank", "ep_size", "mean_tokens", "std_tokens", "imbalance_ratio"}),
     "overlap": frozenset({"compute_sms", "comm_sms", "card_sms", "comm_kernel_us", "comm_alongside_us"}),
@@ -118,7 +120,7 @@ _CHOICES: dict[str, dict[str, frozenset | None]] = {
     "allreduce": {"scope": frozenset({"intranode", "internode"}), "basis": frozenset({"measured", "expected"}),
                   "library": None, "algorithm": None, "size_printed": None,
                   "size_prefixes": frozenset({"binary", "decimal"})},
-    "overhead": {"what": None},
+    "overhead": {"what": None, "phase": frozenset({"prefill", "decode"}), "dtype": None},
     "mtp_acceptance": {},
     "expert_imbalance": {"by": frozenset({"rank", "expert_slot"}), "eplb": frozenset({"none", "offline", "online"})},
     "overlap": {"phase": frozenset({"prefill", "decode", "training"}),
@@ -326,6 +328,13 @@ class OverheadPoint(CostPoint):
     speedup_x: float | None = None
     block_time_s: float | None = None
     idle_s: float | None = None
+    # a whole step profiled in a serving system (what = "profiled_step"): its conditions and its rate
+    phase: str | None = None
+    dtype: str | None = None
+    ep_size: int | None = None
+    tokens_per_batch: int | None = None      # tokens per card in the step
+    context_tokens: float | None = None      # prompt length
+    node_tokens_per_s: float | None = None   # tokens/s per node of the card's preset
 
 
 @dataclass(frozen=True, kw_only=True)

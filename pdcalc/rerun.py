@@ -669,6 +669,7 @@ VALIDATORS: dict[str, Callable[[str, Any, dict, dict], Any]] = {
     "measurement": _lookup(_get_measurement),
     "mtp": _boolean,
     "overlap": _boolean,
+    "beyond": _boolean,
     "measured_weights": _boolean,
     "p_ep": _ep_size,
     "d_ep": _ep_size,

@@ -66,6 +66,7 @@ dispatch, BF16 combine).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -1170,6 +1171,40 @@ def overhead_seconds(layers: int, *, graph: bool) -> tuple[float, CostSource]:
                                          f"decode ({p.card}), carried")
 
 
+@cache
+def _profiled_steps() -> dict:
+    return {p.phase: p for p in _costs().overheads() if p.what == "profiled_step"}
+
+
+@cache
+def beyond_kernels(phase: str) -> tuple[float, CostSource | None]:
+    """How much longer a whole step of a serving system takes than its published kernel costs add up to:
+    the time of the step profiled in ``phase`` (``pdcalc/data/costs.toml``, ``what = "profiled_step"``:
+    DeepSeek's own prefill profile) over the published-cost step of :func:`step` at the profile's
+    conditions (its model, card, dtype, EP size, prompt length and tokens per card, two micro-batches,
+    balanced routing).
+
+    Returns ``(k, source)``: every published-cost step of the phase takes ``k`` times its kernel sum
+    (every card and model: the share is carried). ``(1.0, None)`` where no step of the phase is recorded
+    (decode). ``k`` is fixed by the profile alone; no throughput measurement enters it.
+    """
+    p = _profiled_steps().get(phase)
+    if p is None:
+        return 1.0, None
+    c = get_card(p.card)
+    model = p.model.lower()
+    st = step(model, p.card, tp=1, dp=p.ep_size, ep=p.ep_size, context=p.context_tokens,
+              concurrency=p.tokens_per_batch * p.ep_size / p.context_tokens, phase=phase, quant=p.dtype,
+              costs="published", overlap=True, beyond=False)
+    kernels_node = float(st.tokens_per_s_per_card) * c.cards_per_node
+    k = kernels_node / p.node_tokens_per_s
+    note = (f"{p.model}'s {phase} profile on the {p.card} ({p.ep_size}-way EP, {p.context_tokens:,.0f}-token "
+            f"prompts, {p.tokens_per_batch:,} tokens per card): {p.node_tokens_per_s:,.0f} tokens/s per node "
+            f"against {kernels_node:,.0f} from the published kernel costs; every {phase} step x{k:.4g}")
+    return k, CostSource(f"beyond the kernel tables ({phase})", "every card", p.card, (p.table_id,), True,
+                         note)
+
+
 # --------------------------------------------------------------------- the published step
 _ATTN_CATEGORIES = frozenset({"attention", "kv_compressor", "indexer", "mhc"})
 _SKIP_CATEGORIES = frozenset({"embedding", "hash_routing", "norms"})
@@ -1528,7 +1563,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
          dispatch_bytes: float = DEFAULT_DISPATCH_BYTES, combine_bytes: float = DEFAULT_COMBINE_BYTES,
          engine: str | None = None, costs: str | None = None, mtp_steps: int = 0,
          mtp_acceptance: float | None = None, eplb: bool | None = None, redundant_experts: int = 0,
-         graph: bool = True, overlap_model: str | None = None) -> StepTime:
+         graph: bool = True, overlap_model: str | None = None, beyond: bool = True) -> StepTime:
     """Time and throughput of one step of ``model`` on ``tp x dp`` cards of ``card``.
 
     Parameters
@@ -1575,6 +1610,10 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         Published costs with ``overlap``: ``"published"`` (the default, :data:`DEFAULT_OVERLAP_MODEL`), the
         computation on the SMs DeepSeek's profile leaves it (:func:`overlap_compute_slowdown`); ``"ideal"``,
         computation and communication never slow each other (for comparison). Unused by the roofline.
+    beyond
+        Published costs: scale the step by what a whole profiled step takes beyond its kernels
+        (:func:`beyond_kernels`: prefill only, from DeepSeek's prefill profile). ``False``: the kernel sum
+        alone. Unused by the roofline.
 
     Published costs (``costs="published"``). Each layer is timed kernel by kernel: every (fused) GEMM of
     the inventory at the slower of its two published ceilings (:func:`gemm_seconds`; grouped contiguous in
@@ -1708,6 +1747,12 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
                             redundant=redundant_experts, graph=graph, act_bytes=act_bytes,
                             allreduces=allreduces_per_layer, dispatch_dtype=dtype_of.get(dispatch_bytes, "bf16"),
                             combine_dtype=dtype_of.get(combine_bytes, "bf16"))
+        k_beyond, src_beyond = beyond_kernels(phase) if beyond else (1.0, None)
+        if src_beyond is not None:
+            r["parts"]["beyond the kernel tables"] = (k_beyond - 1) * r["time"]
+            r["time"] = k_beyond * r["time"]
+            r["sources"] = r["sources"] + (dataclasses.replace(src_beyond, applied_to=c.name,
+                                                               carried=c.name != src_beyond.measured_on),)
         terms = np.stack([np.broadcast_to(r[k], L.shape) for k in ("compute", "memory", "comm")])
         bound = np.asarray(BOUNDS)[np.argmax(terms, axis=0)]
         out = {k: _out(np.broadcast_to(v, L.shape), scalar) for k, v in dict(

@@ -152,10 +152,14 @@ BANDS: dict[str, Band] = {
 
 _OVERLAP_GAP = ("the two-micro-batch overlap the run uses hides communication under the other micro-batch's "
                 "computation, which runs on the SMs DeepSeek's profile leaves it (108 of 132 beside DeepEP's normal "
-                "kernels, all in decode); communication slowed under overlap (LMSYS) is not sized by any "
-                "published figure and not modelled")
+                "kernels, all in decode); in decode, communication slowed under overlap (LMSYS) is not sized by "
+                "any published figure and not modelled")
 _OVERLAP_SHARE = ("the H800's share of SMs held by prefill communication is carried to the card's compute units; "
                   + _OVERLAP_GAP)
+_BEYOND = ("the step takes what DeepSeek's profiled H800 prefill step takes beyond its kernel costs (kernels "
+           "outside the tables, communication slowed under overlap)")
+_PREFILL_SHARE = ("the H800's share of SMs held by prefill communication is carried to the card's compute units, "
+                  "and " + _BEYOND)
 
 
 def _tb(low: float, high: float, why: str) -> Band:
@@ -168,25 +172,28 @@ def _tb(low: float, high: float, why: str) -> Band:
 #: so that a change of the model moves a prediction out of its band; where the band leaves out 1 the model
 #: is known to be off, for the reason given.
 THROUGHPUT_BANDS: dict[str, Band] = {
-    "deepseek-prod-h800-prefill-per-node": _tb(2.44, 2.97, (
+    "deepseek-prod-h800-prefill-per-node": _tb(1.64, 2, (
         "A 24 h production average (load below capacity; DeepSeek's own profile runs twice its rate) with "
-        f"prompt length and batch not stated; and {_OVERLAP_GAP}.")),
+        "prompt length and batch not stated: the profiled step the prefill factor comes from ran at the "
+        "conditions assumed here, so what remains is the service's load.")),
     "deepseek-prod-h800-decode-per-node": _tb(1.03, 1.26, (
         f"Batch from the measured rate and per-user speed; MTP not stated (off); {_OVERLAP_GAP}.")),
-    "cloudmatrix384-r1-prefill-per-npu": _tb(1.26, 1.53, (
+    "cloudmatrix384-r1-prefill-per-npu": _tb(0.85, 1.03, (
         "Layout and batch assumed; INT8 GEMM shares carried from DeepGEMM's H800 FP8 table (no Ascend GEMM "
-        f"figure); {_OVERLAP_SHARE}.")),
+        f"figure); {_PREFILL_SHARE}.")),
     "cloudmatrix384-r1-decode-per-npu-tpot50": _tb(1.28, 1.56, (
         f"Batch from the TPOT limit; GEMM shares carried from the H800; MTP not stated (off); {_OVERLAP_GAP}.")),
-    "lmsys-96xh100-prefill-per-node": _tb(1.59, 1.93, f"Batch per device assumed (16,384); {_OVERLAP_SHARE}."),
-    "lmsys-96xh100-prefill-per-node-1k": _tb(1.48, 1.8, f"'1K' as 1,024, batch as the 4K run; {_OVERLAP_SHARE}."),
-    "lmsys-96xh100-prefill-per-node-4k": _tb(1.56, 1.9, (
-        f"Conditions stated; EPLB imbalance carried; {_OVERLAP_SHARE}.")),
-    "lmsys-96xh100-prefill-per-node-4k-perfect-eplb": _tb(1.42, 1.73, f"Conditions stated; {_OVERLAP_SHARE}."),
+    "lmsys-96xh100-prefill-per-node": _tb(1.07, 1.3, f"Batch per device assumed (16,384); {_PREFILL_SHARE}."),
+    "lmsys-96xh100-prefill-per-node-1k": _tb(0.99, 1.21, f"'1K' as 1,024, batch as the 4K run; {_PREFILL_SHARE}."),
+    "lmsys-96xh100-prefill-per-node-4k": _tb(1.05, 1.28, (
+        f"Conditions stated; EPLB imbalance carried; {_PREFILL_SHARE}.")),
+    "lmsys-96xh100-prefill-per-node-4k-perfect-eplb": _tb(0.96, 1.17, (
+        f"DeepSeek's profiled conditions on the H100 (LMSYS: 5 % below DeepSeek's profile); {_PREFILL_SHARE}.")),
     "lmsys-96xh100-decode-per-node": _tb(1.25, 1.53, f"Batch and KV length stated, no MTP; {_OVERLAP_GAP}."),
-    "lmsys-h20-prefill-per-node": _tb(0.64, 0.78, (
+    "lmsys-h20-prefill-per-node": _tb(0.43, 0.53, (
         "Under-predicted: the H800's shares of peak carried to the H20 (a slower tensor core is easier to keep "
-        "fed), FP8 attention left at BF16 (no published FP8 kernel figure), batch assumed.")),
+        "fed), FP8 attention left at BF16 (no published FP8 kernel figure), batch assumed; and "
+        f"{_BEYOND}, carried from an overlapped EP32 step to a serial TP8 one.")),
     "lmsys-h20-decode-per-node": _tb(0.81, 0.99, "As the InferX Base row it matches (batch 48, MTP 1 step)."),
     "lmsys-h20-decode-per-gpu-tpot70": _tb(0.81, 0.99, (
         "Batch and MTP stated; BF16 attention where the run may use FP8 MLA; single-batch overlap left out.")),
@@ -196,27 +203,27 @@ THROUGHPUT_BANDS: dict[str, Band] = {
     "lmsys-h20-decode-per-gpu-ep16-bs8": _tb(0.79, 0.96, "Batch 8 stated; MTP not stated (off; on is the range)."),
     "lmsys-h20-decode-per-gpu-ep32-bs8": _tb(0.92, 1.13, "Batch 8 stated; MTP not stated (off; on is the range)."),
     "lmsys-h20-decode-per-gpu-ep32-bs32": _tb(0.94, 1.15, "Batch 32 stated; MTP not stated (off)."),
-    "trtllm-h200-r1-fp8-max-throughput": _tb(1.5, 1.82, (
+    "trtllm-h200-r1-fp8-max-throughput": _tb(1.41, 1.71, (
         "Aggregated serving: prefill interleaved in 1,151-token chunks with decode, not modelled as such; "
         "imbalance without EPLB scaled from EP32 to EP8.")),
     "trtllm-h200-r1-fp8-min-latency-batch1": _tb(2.7, 3.28, (
         "One request: the step is set by per-kernel latency floors (thousands of small kernels, three "
         "sequential MTP drafts), which no published figure gives.")),
-    "rtp-llm-h800-prefill-per-card": _tb(1.21, 1.48, (
+    "rtp-llm-h800-prefill-per-card": _tb(0.81, 1, (
         "Two 4K prompts per GPU under a TTFT target: a small step where kernels run below their large-M "
-        "ceilings; overlap not stated.")),
+        f"ceilings; overlap not stated; {_BEYOND}.")),
     "rtp-llm-h800-decode-per-card": _tb(0.88, 1.07, "Concurrency and per-user speed stated; MTP and overlap not stated."),
-    "sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50": _tb(2.45, 2.98, (
-        "The run's TPOT (48 ms) is 2.5x the model's step: SGLang on Ascend pays costs beyond the published "
-        "kernels (measured concurrency 697 of 832 also lowers the batch).")),
-    "sglang-ascend-a3-r1-w8a8-32card-pd-6000-1600-tpot20": _tb(1.93, 2.35, (
-        "Two sequences per card with 3 MTP steps: latency floors of small kernels, not published.")),
-    "cann-recipes-a3-r1-prefill-per-card-microbatch": _tb(1.29, 1.57, (
+    "sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50": _tb(2, 2.44, (
+        "Batch from the measured TPOT and output rate (611 decoding of the 832 the client allows): the run's "
+        "48 ms TPOT is 2.2x the model's, costs of SGLang on Ascend beyond the published kernels.")),
+    "sglang-ascend-a3-r1-w8a8-32card-pd-6000-1600-tpot20": _tb(1.45, 1.77, (
+        "About one sequence per die with 3 MTP steps: latency floors of small kernels, not published.")),
+    "cann-recipes-a3-r1-prefill-per-card-microbatch": _tb(0.87, 1.06, (
         f"GEMM shares carried from the H800's FP8 to the 910C's INT8, as in the run without micro-batches, which "
-        f"lands within 1 % of it; {_OVERLAP_SHARE}.")),
-    "cann-recipes-a3-r1-prefill-per-card-no-microbatch": _tb(1.29, 1.57, (
+        f"lands within 1 % of it; {_PREFILL_SHARE}.")),
+    "cann-recipes-a3-r1-prefill-per-card-no-microbatch": _tb(0.86, 1.06, (
         "No overlap, conditions stated: GEMM shares carried from the H800's FP8 to the 910C's INT8 and AMLA's "
-        "'up to' attention figure overstate the 910C.")),
+        f"'up to' attention figure; {_BEYOND}.")),
     "cann-recipes-a3-r1-w8a8c8-decode-per-chip": _tb(1.21, 1.48, (
         "Conditions and acceptance stated; GEMM shares carried from the H800 and AMLA's 'up to' figure.")),
 }
@@ -857,6 +864,16 @@ def throughput_setup(mid: str) -> ThroughputSetup:
             notes.append("Output length not stated: KV length = the prompt.")
         if m.batch_per_card or o.batch_per_card:
             b = m.batch_per_card or o.batch_per_card
+        elif m.tpot_ms and m.per_card:
+            # the sequences decoding at once: the decode cards' output rate x the measured TPOT (Little's law);
+            # a client's concurrency also counts requests queued or in prefill
+            rate = m.per_card * (m.cards / m.decode_cards if m.cards_counted == "deployment" and m.decode_cards
+                                 else 1)
+            b = rate * m.tpot_ms * 1e-3
+            little = True
+            notes.append(f"Decode batch {b:.1f} per card: the decode cards' output rate x the measured TPOT "
+                         f"(Little's law)" + (f"; the client's {m.concurrency:,} concurrent requests also count "
+                                              "those queued or in prefill" if m.concurrency else "") + ".")
         elif m.concurrency and phase_cards:
             b = m.concurrency / (m.decode_cards or phase_cards)
         elif o.use_little or m.tokens_per_s_per_user or m.tpot_limit_ms:
@@ -904,7 +921,8 @@ def _throughput_band(mid: str) -> Band:
 
 def _throughput_predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.DEFAULT_MBU,
                             comm_eff: float = throughput.DEFAULT_COMM_EFF, overlap: bool = True,
-                            overlap_model: str = throughput.DEFAULT_OVERLAP_MODEL) -> list[Prediction]:
+                            overlap_model: str = throughput.DEFAULT_OVERLAP_MODEL,
+                            beyond: bool = True) -> list[Prediction]:
     out = []
     for m in reg.load():
         if not m.is_throughput:
@@ -915,14 +933,15 @@ def _throughput_predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float =
             continue
         if not overlap:
             setup = dataclasses.replace(setup, overlap=False)
-        after, st = predict_throughput(setup, "published", overlap_model=overlap_model)
+        after, st = predict_throughput(setup, "published", overlap_model=overlap_model, beyond=beyond)
         before, _ = predict_throughput(setup, "roofline", mfu=mfu, mbu=mbu, comm_eff=comm_eff)
         cands = [after]
         if not setup.mtp_steps and setup.phase == "decode" and m.mtp is None:
-            cands.append(predict_throughput(setup, "published", mtp_steps=1, overlap_model=overlap_model)[0])
+            cands.append(predict_throughput(setup, "published", mtp_steps=1, overlap_model=overlap_model,
+                                            beyond=beyond)[0])
         if setup.overlap:
-            cands.append(predict_throughput(setup, "published", overlap=False)[0])
-            cands.append(predict_throughput(setup, "published", overlap_model="ideal")[0])
+            cands.append(predict_throughput(setup, "published", overlap=False, beyond=beyond)[0])
+            cands.append(predict_throughput(setup, "published", overlap_model="ideal", beyond=beyond)[0])
         carried = sorted({s.measured_on for s in st.cost_sources if s.carried and s.measured_on != "none"})
         tables = sorted({t for s in st.cost_sources for t in s.tables})
         out.append(Prediction(
@@ -958,7 +977,8 @@ def band_assumptions() -> dict:
 
 def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.DEFAULT_MBU,
                 comm_eff: float = throughput.DEFAULT_COMM_EFF, overlap: bool = True,
-                scheme: str | None = None, overlap_model: str = throughput.DEFAULT_OVERLAP_MODEL) -> list[Prediction]:
+                scheme: str | None = None, overlap_model: str = throughput.DEFAULT_OVERLAP_MODEL,
+                beyond: bool = True) -> list[Prediction]:
     """pdcalc's prediction for every registry entry it can predict, in registry order.
 
     Throughput entries are predicted by the published-cost step model (:func:`predict_throughput`), with
@@ -976,6 +996,9 @@ def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.
     scheme : str, optional
         Quantization scheme for every weight prediction (and the KV budgets built on them) instead of
         each checkpoint's own (``w8a8``, ``fp8``); what-if candidates keep theirs.
+    beyond
+        Whether each prefill step takes what DeepSeek's profiled prefill step takes beyond its kernels
+        (:func:`pdcalc.throughput.beyond_kernels`); ``False``: the published kernel costs alone.
     """
     if scheme is not None:
         get_scheme(scheme)
@@ -987,7 +1010,7 @@ def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.
     for mid, fn in _SINGLE.items():
         found[mid] = fn(mid)
     for p in _throughput_predictions(mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap,
-                                     overlap_model=overlap_model):
+                                     overlap_model=overlap_model, beyond=beyond):
         found[p.id] = p
     return [found[i] for i in reg.ids() if i in found]
 
@@ -1236,11 +1259,14 @@ def throughput_summary(df: pd.DataFrame) -> dict:
     ``|predicted / measured - 1|`` in %, how many predictions, how many within 15 % and beyond 35 %, the
     worst measurement, and how many runs state an overlap. Also the gain of cann-recipes' micro-batch
     prefill over the same run without micro-batches, predicted (published and ideal overlap) and measured:
-    a check, not an input."""
+    a check, not an input. And the errors once each prediction is divided by one factor per phase taken
+    from the other source documents (:func:`cross_validated`): ``thr_med_cv``, ``thr_worst_cv``, ...."""
     thr = df[df["group"] == "throughput"]
     after, before = _abs_err_pct(thr["ratio"]), _abs_err_pct(thr["ratio_before"])
     serial = {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(overlap=False)}
     ideal = {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(overlap_model="ideal")}
+    kernels = {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(beyond=False)}
+    ker = _abs_err_pct([kernels[i] for i in thr["id"]])
     ser = _abs_err_pct([serial[i] for i in thr["id"]])
     ide = _abs_err_pct([ideal[i] for i in thr["id"]])
     stated = [i for i in thr["id"] if throughput_setup(i).overlap]
@@ -1248,6 +1274,16 @@ def throughput_summary(df: pd.DataFrame) -> dict:
     ide_ov = _abs_err_pct([ideal[i] for i in stated])
     aft_ov = _abs_err_pct(thr.set_index("id").loc[stated, "ratio"])
     worst = thr["id"].iloc[int(after.to_numpy().argmax())]
+    cvd = cross_validated(df)
+    cv_err = _abs_err_pct(cvd["cross-validated"])
+    cv = {"thr_med_cv": cv_err.median(), "thr_worst_cv": cv_err.max(),
+          "thr_worst_cv_id": cvd["measurement"].iloc[int(cv_err.to_numpy().argmax())],
+          "thr_within15_cv": int((cv_err <= 15).sum()), "thr_beyond35_cv": int((cv_err > 35).sum()),
+          "thr_sources": int(cvd["source"].nunique())}
+    k_pf, _ = throughput.beyond_kernels("prefill")
+    cv |= {"thr_med_kernels": ker.median(), "thr_worst_kernels": ker.max(),
+           "thr_within15_kernels": int((ker <= 15).sum()), "thr_beyond35_kernels": int((ker > 35).sum()),
+           "beyond_prefill": k_pf}
     mb, nomb = "cann-recipes-a3-r1-prefill-per-card-microbatch", "cann-recipes-a3-r1-prefill-per-card-no-microbatch"
     gain = {}
     if {mb, nomb} <= set(thr["id"]):
@@ -1265,13 +1301,54 @@ def throughput_summary(df: pd.DataFrame) -> dict:
             "thr_worst_overlap_after": aft_ov.max() if len(stated) else 0.0,
             "thr_med_ideal": ide.median(), "thr_worst_ideal": ide.max(),
             "thr_med_overlap_ideal": ide_ov.median() if len(stated) else 0.0,
-            "thr_worst_overlap_ideal": ide_ov.max() if len(stated) else 0.0} | gain
+            "thr_worst_overlap_ideal": ide_ov.max() if len(stated) else 0.0} | gain | cv
+
+
+def source_document(mid: str) -> str:
+    """The document a measurement was published in: its registry URL without the fragment."""
+    m = reg.get(mid)
+    return (m.url or m.source).split("#")[0]
+
+
+def short_source(url: str) -> str:
+    """A source document as a table shows it: the host and the last part of the path."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    last = [part for part in u.path.split("/") if part]
+    if u.netloc.endswith("arxiv.org") and last:
+        return f"arXiv {last[-1]}"
+    return f"{u.netloc.removeprefix('www.')} {last[-1] if last else ''}".strip()
+
+
+def cross_validated(df: pd.DataFrame) -> pd.DataFrame:
+    """What one engine factor per phase would do, estimated out of sample: each throughput prediction of
+    :func:`table` ``df`` divided by the median, over every *other* source document of the same phase, of
+    that document's median predicted/measured (leave one source out, so no measurement, nor any other from
+    its own document, sets the factor it is divided by).
+
+    A check of the hypothesis that real engines run slower than the published kernels by a factor common to
+    a phase, not a calibration of pdcalc: no prediction elsewhere uses these factors.
+
+    Columns ``measurement, phase, source, after / measured, factor (other sources), cross-validated``.
+    """
+    thr = df[df["group"] == "throughput"]
+    d = pd.DataFrame({"measurement": thr["id"].to_numpy(),
+                      "phase": thr["quantity"].map({"prefill_throughput": "prefill",
+                                                    "decode_throughput": "decode"}).to_numpy(),
+                      "source": [source_document(i) for i in thr["id"]],
+                      "after / measured": thr["ratio"].to_numpy(float)})
+    per_source = d.groupby(["phase", "source"])["after / measured"].median()
+    factor = [float(per_source[ph].drop(src).median()) for ph, src in zip(d["phase"], d["source"])]
+    d["factor (other sources)"] = factor
+    d["cross-validated"] = d["after / measured"] / d["factor (other sources)"]
+    return d
 
 
 def throughput_table(df: pd.DataFrame) -> pd.DataFrame:
     """The throughput rows of :func:`table` as the chapter shows them: measurement, card, phase, measured,
-    the roofline's prediction and ratio (before), the published-cost model's (after), and the cost tables
-    each prediction took its costs from (tokens/s per the measurement's scope)."""
+    the roofline's prediction and ratio (before) and the published-cost model's (after) (tokens/s per the
+    measurement's scope; the cost tables of each are in :func:`throughput_conditions`)."""
     thr = df[df["group"] == "throughput"]
     phase = thr["quantity"].map({"prefill_throughput": "prefill", "decode_throughput": "decode"})
     cards = [throughput_setup(i).card for i in thr["id"]]
@@ -1279,10 +1356,11 @@ def throughput_table(df: pd.DataFrame) -> pd.DataFrame:
         "measurement": thr["id"].to_numpy(), "card": cards, "phase": phase.to_numpy(),
         "measured (tokens/s)": thr["measured"].to_numpy(float), "before (tokens/s)": thr["before"].to_numpy(float),
         "before / measured": thr["ratio_before"].to_numpy(float), "after (tokens/s)": thr["predicted"].to_numpy(float),
-        "after / measured": thr["ratio"].to_numpy(float), "costs from": thr["costs_from"].to_numpy()})
+        "after / measured": thr["ratio"].to_numpy(float)})
 
 
 _CARRIED_HOW = {"GEMM": "as shares of the measured card's peak in its dtype and of its HBM bandwidth",
+                "beyond": "the profiled step's time over its kernel sum, as the same ratio of the card's prefill step",
                 "MLA": "as a share of the measured card's peak (compute) or HBM bandwidth (memory)",
                 "MoE": "latency kept, bandwidth scaled by the cards' per-rank link bandwidth",
                 "TP": "latency kept, bandwidth scaled by the cards' link bandwidth",
@@ -1293,11 +1371,11 @@ _CARRIED_HOW = {"GEMM": "as shares of the measured card's peak in its dtype and 
 
 def throughput_conditions(df: pd.DataFrame) -> pd.DataFrame:
     """Per throughput row of ``df``: the layout modelled, what was assumed where the source is silent, the
-    band the test holds the prediction to and why that band."""
+    cost tables the prediction took its costs from, the band the test holds it to and why that band."""
     thr = df[df["group"] == "throughput"]
     return pd.DataFrame({
         "measurement": thr["id"].to_numpy(), "layout": thr["layout"].to_numpy(),
-        "assumptions": thr["assumptions"].to_numpy(),
+        "assumptions": thr["assumptions"].to_numpy(), "costs from": thr["costs_from"].to_numpy(),
         "band": [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(thr["band_low"], thr["band_high"])],
         "why this band": thr["band_why"].to_numpy()})
 

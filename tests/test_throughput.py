@@ -692,7 +692,8 @@ def test_overlap_computation_runs_on_the_sms_communication_leaves():
         th.overlap_compute_slowdown("h800", "normal", "perfect")
 
     # EP8 prefill inside a server: NVLink messages are short, every overlapped segment is computation
-    kw = dict(tp=1, dp=8, ep=8, context=4096, concurrency=8 * 4, phase="prefill", overlap=True, **PUB)
+    kw = dict(tp=1, dp=8, ep=8, context=4096, concurrency=8 * 4, phase="prefill", overlap=True, beyond=False,
+              **PUB)
     ide = th.step(V3, "h800", overlap_model="ideal", **kw)
     pub = th.step(V3, "h800", **kw)
     extra = pub.breakdown["SMs held by communication"]
@@ -740,3 +741,28 @@ def test_eager_mode_adds_the_published_host_gap():
     g = th.step(V3, "ascend-910b2", **kw)
     e = th.step(V3, "ascend-910b2", graph=False, **kw)
     assert e.time_s - g.time_s == pytest.approx(61 * 591e-6, rel=1e-12)   # vllm-ascend #9404: 591 us per block
+
+
+def test_a_profiled_prefill_step_scales_every_prefill_step():
+    from pdcalc import costs
+
+    p = next(q for q in costs.overheads("h800") if q.what == "profiled_step")
+    assert (p.phase, p.ep_size, p.tokens_per_batch, p.context_tokens) == ("prefill", 32, 16384, 4096)
+    k, src = th.beyond_kernels("prefill")
+    assert k > 1 and src.tables == (p.table_id,) and th.beyond_kernels("decode") == (1.0, None)
+    # at the profile's own conditions the scaled step gives the profiled rate per node, and the kernels alone k x it
+    kw = dict(tp=1, dp=p.ep_size, ep=p.ep_size, context=p.context_tokens, phase="prefill", quant=p.dtype,
+              concurrency=p.tokens_per_batch * p.ep_size / p.context_tokens, costs="published", overlap=True)
+    node = th.get_card(p.card).cards_per_node
+    full, kernels = th.step(V3, p.card, **kw), th.step(V3, p.card, beyond=False, **kw)
+    assert float(full.tokens_per_s_per_card) * node == pytest.approx(p.node_tokens_per_s, rel=1e-12)
+    assert float(kernels.tokens_per_s_per_card) * node == pytest.approx(k * p.node_tokens_per_s, rel=1e-12)
+    assert full.breakdown["beyond the kernel tables"] == pytest.approx((k - 1) / k * float(full.time_s), rel=1e-12)
+    own = [s for s in full.cost_sources if s.tables == (p.table_id,)]
+    assert len(own) == 1 and not own[0].carried
+    other = th.step(V3, "h20", tp=8, dp=1, context=4096, concurrency=4, phase="prefill", quant="fp8",
+                    costs="published")
+    assert [s.carried for s in other.cost_sources if s.tables == (p.table_id,)] == [True]
+    # decode steps take none of it
+    dkw = dict(tp=1, dp=8, ep=8, context=4096, concurrency=8 * 64, phase="decode", quant="fp8", costs="published")
+    assert th.step(V3, "h800", **dkw).time_s == th.step(V3, "h800", beyond=False, **dkw).time_s
