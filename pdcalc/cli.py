@@ -238,13 +238,15 @@ def cmd_throughput(args) -> int:
         engine_layout(kv["engine"], args.model, kv_cache_dtype=args.kv_dtype)  # one line if not modelled
     out = {"model": args.model, "card": args.card, "quant": args.quant, "tp": args.tp, "dp": args.dp,
            "ep": args.ep, "context": args.context, "concurrency": args.concurrency, "costs": args.costs,
+           "kernels_only": args.kernels_only,
            "kv": {"engine": kv.get("engine", "reference"), "kv_cache_dtype": args.kv_dtype or "auto"},
            "efficiencies": {"mfu": args.mfu, "mbu": args.mbu, "comm_eff": args.comm_eff, "overlap": args.overlap},
            "phases": {}}
     for phase in ("prefill", "decode"):
         st = tput.step(args.model, args.card, tp=args.tp, dp=args.dp, ep=args.ep, context=args.context,
                        concurrency=args.concurrency, phase=phase, quant=args.quant, mfu=args.mfu, mbu=args.mbu,
-                       comm_eff=args.comm_eff, overlap=args.overlap, costs=args.costs, **kv)
+                       comm_eff=args.comm_eff, overlap=args.overlap, costs=args.costs,
+                       beyond=not args.kernels_only, **kv)
         out["phases"][phase] = {
             "step_s": float(st.time_s), "tokens_per_s": float(st.tokens_per_s),
             "tokens_per_s_per_card": float(st.tokens_per_s_per_card), "bound": str(st.bound),
@@ -429,7 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--overlap", action="store_true", help="communication hidden under compute")
     st.add_argument("--costs", choices=("roofline", "published"), default="roofline",
                     help="roofline with the flat efficiencies above, or kernel costs from published measurements "
-                         "(pdcalc/data/costs.toml)")
+                         "(pdcalc/data/costs.toml), the prefill step scaled as DeepSeek's profiled prefill step "
+                         "is to its kernel sum")
+    st.add_argument("--kernels-only", action="store_true",
+                    help="with --costs published: the kernel sum alone, not scaled by DeepSeek's profiled step")
     st.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                     help="DeepSeek-V4 KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     st.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")

@@ -250,6 +250,11 @@ def test_throughput_costs_engine_and_kv_dtype_flags():
     st = tput.step("deepseek-v3", "h800", tp=1, dp=8, ep=8, context=4096, concurrency=128, phase="decode",
                    quant="fp8", costs="published")
     assert pub["costs"] == "published" and pub["phases"]["decode"]["step_s"] == pytest.approx(float(st.time_s), rel=1e-12)
+    kernels = json.loads(run(*base, "--costs", "published", "--kernels-only").stdout)
+    k, _ = tput.beyond_kernels("prefill")                     # DeepSeek's profiled prefill step over its kernels
+    assert kernels["kernels_only"] and not pub["kernels_only"]
+    assert pub["phases"]["prefill"]["step_s"] == pytest.approx(k * kernels["phases"]["prefill"]["step_s"], rel=1e-12)
+    assert pub["phases"]["decode"]["step_s"] == kernels["phases"]["decode"]["step_s"]
     bf16, fp8 = (json.loads(run(*base, *k).stdout) for k in ((), ("--kv-dtype", "fp8")))
     assert fp8["phases"]["decode"]["memory_s"] < bf16["phases"]["decode"]["memory_s"]   # half the cache bytes read
     v4 = json.loads(run("throughput", "deepseek-v4-flash", "--card", "h200", "--tp", "1", "--dp", "8", "--ep", "8",
