@@ -276,7 +276,8 @@ def cmd_plan(args) -> int:
     setup = Setup(model=args.model, quant=args.quant, card=args.card, cards=args.cards, mtp=args.mtp,
                   engine=args.engine, kv_cache_dtype=args.kv_dtype, utilization=args.utilization,
                   bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tps(args.tp),
-                  p_tp_options=tps(args.p_tp), d_tp_options=tps(args.d_tp), frontier_points=args.frontier_points)
+                  p_tp_options=tps(args.p_tp), d_tp_options=tps(args.d_tp), frontier_points=args.frontier_points,
+                  step_kwargs={"costs": args.costs})
     work = Workload(prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
                     concurrency=args.concurrency, ttft_s=args.ttft_ms and args.ttft_ms / 1e3,
                     tpot_s=args.tpot_ms and args.tpot_ms / 1e3)
@@ -286,7 +287,7 @@ def cmd_plan(args) -> int:
             "binding"]
     rows = [{k: _clean(v) for k, v in r.items()}
             for r in p.ranked[keys].head(args.top).to_dict("records")]
-    out = {"model": args.model, "card": args.card, "cards": args.cards, "splits": p.splits,
+    out = {"model": args.model, "card": args.card, "cards": args.cards, "costs": args.costs, "splits": p.splits,
            "evaluated": p.evaluated, "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows,
            "evaluated_means": "for each P layout, D layout and number of D instances, the fewest P instances that "
                               "meet the prefill load limit and the TTFT target (more are dominated)",
@@ -459,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     spl.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                      help="KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     spl.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
+    spl.add_argument("--costs", choices=("roofline", "published"), default="roofline",
+                     help="step time: the roofline with flat efficiencies, or kernel costs from published "
+                          "measurements (as pdcalc throughput --costs)")
     spl.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="MTP module loaded")
     spl.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
     spl.add_argument("--bandwidth-gb-s", type=_num(*BANDWIDTH_GB_S, low_open=False), default=18.0, help="P -> D bandwidth per request, GB/s")

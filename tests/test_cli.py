@@ -200,6 +200,20 @@ def test_plan_per_role_tp_flags_and_targets_given():
     assert "TPOT target: 50.0 ms" in text and "TTFT target: none" in text and " wins: " in text
 
 
+def test_plan_costs_flag_times_the_steps_from_published_costs():
+    from pdcalc.plan import Setup, Workload, plan
+
+    args = ("plan", "--model", "deepseek-v3", "--card", "h800", "--cards", "32", "--prompt", "4096", "--output", "1024",
+            "--concurrency", "256", "--frontier-points", "0", "--top", "1", "--json")
+    roof, pub = (json.loads(run(*args, *extra).stdout) for extra in ((), ("--costs", "published")))
+    assert roof["costs"] == "roofline" and pub["costs"] == "published"
+    best = plan(Setup(model="deepseek-v3", card="h800", cards=32, frontier_points=0,
+                      step_kwargs={"costs": "published"}),
+                Workload(prompt_tokens=4096, output_tokens=1024, concurrency=256)).ranked.iloc[0]
+    assert pub["ranked"][0]["tokens_per_s_per_card"] == pytest.approx(float(best["tokens_per_s_per_card"]), rel=1e-9)
+    assert pub["ranked"][0]["ttft_s"] != roof["ranked"][0]["ttft_s"]
+
+
 @pytest.mark.parametrize("args,message", [
     (("throughput", "deepseek-v3", "--card", "h800", "--tp", "3", "--dp", "1", "--context", "10", "--concurrency", "1"),
      "TP degree 3 does not divide the 128 attention heads"),
