@@ -542,6 +542,15 @@ def _boolean(name: str, value: Any, values: dict, params: dict) -> bool:
     return _checked(checks.boolean, _label(name), value)
 
 
+def _cost_model(name: str, value: Any, values: dict, params: dict) -> str:
+    """A step-time model of :data:`pdcalc.throughput.COSTS`."""
+    from pdcalc.throughput import COSTS
+
+    if value not in COSTS:
+        raise _fail(name, f"must be one of {', '.join(repr(c) for c in COSTS)}, got {_show(value)}")
+    return value
+
+
 def _integer_list(name: str, value: Any, *, low: int, high: int) -> list[int]:
     if not isinstance(value, (list, tuple)) or not value:
         raise _fail(name, f"must be a non-empty list of integers in {low}..{high:,}, got {_show(value)}")
@@ -683,6 +692,7 @@ VALIDATORS: dict[str, Callable[[str, Any, dict, dict], Any]] = {
     "mfu": _fraction,
     "mbu": _fraction,
     "comm_eff": _fraction,
+    "costs": _cost_model,
     "bandwidth_gb_s": _number(BANDWIDTH_GB_S, unit="GB/s"),
     "target_tokens_s": _number(TOKENS_PER_S, unit="tokens/s"),
     "rate_per_s": _number(RATE_PER_S, unit="requests/s"),

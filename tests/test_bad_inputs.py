@@ -216,6 +216,8 @@ def test_json_never_holds_a_bare_infinity(write):
     ("plan", [("rate_per_s", "2"), ("concurrency", "64")], ["rate_per_s", "concurrency"]),
     ("plan", [("card", "h800")], ["card", "h800", "int8"]),
     ("plan", [("utilization", "inf")], ["utilization"]),
+    ("plan", [("costs", "nope")], ["costs", "roofline", "published", "nope"]),
+    ("validation", [("beyond", "maybe")], ["beyond"]),
     ("per_card", [("d_ep", "1000")], ["d_ep"]),
     ("per_card", [("nope", "1")], ["nope"]),
 ])
