@@ -230,6 +230,10 @@ def cmd_throughput(args) -> int:
     from pdcalc.kv_cache import default_engine
     from pdcalc.model import load_config
 
+    if args.kernels_only and args.costs != "published":
+        from pdcalc.checks import InputError
+
+        raise InputError("--kernels-only", "applies to --costs published only (the roofline has no profiled step)")
     v4 = load_config(args.model).model_type == "deepseek_v4"
     kv = tput.kv_step_kwargs(args.model, args.engine or default_engine(args.card), args.kv_dtype)
     if v4 and args.kv_dtype not in (None, "auto"):
@@ -251,7 +255,9 @@ def cmd_throughput(args) -> int:
             "step_s": float(st.time_s), "tokens_per_s": float(st.tokens_per_s),
             "tokens_per_s_per_card": float(st.tokens_per_s_per_card), "bound": str(st.bound),
             "compute_s": float(st.compute_s), "memory_s": float(st.memory_s), "comm_s": float(st.comm_s),
-            "stored_bytes_per_card": float(st.stored_bytes_per_card), "fits": bool(st.fits)}
+            "stored_bytes_per_card": float(st.stored_bytes_per_card), "fits": bool(st.fits),
+            "beyond_kernels": (tput.beyond_kernels(phase)[0] if args.costs == "published" and not args.kernels_only
+                               else 1.0)}
     if args.json:
         return _print_json(out, indent=2)
     print(f"{out['model']} on {args.tp * args.dp} x {out['card']} (TP{args.tp} x DP{args.dp}"

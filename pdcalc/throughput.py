@@ -47,11 +47,13 @@ by shape, FlashMLA/AMLA attention ceilings, DeepEP alpha-beta per message, an NC
 speculative decoding, EPLB imbalance and DeepSeek's two-micro-batch overlap as parameters
 (:func:`step`; under overlap the computation loses the SMs DeepSeek's profile gives the communication,
 :func:`overlap_compute_slowdown`). A card without a figure of its own carries its maker's measured card's,
-said in ``StepTime.cost_sources``.
+said in ``StepTime.cost_sources``. What a whole step takes beyond its kernels' published figures (elementwise
+kernels: norms, activations, quantisation, routing; communication slowed by the computation it overlaps) is
+taken in prefill as one ratio, DeepSeek's profiled prefill step over the same kernel sum
+(:func:`beyond_kernels`), carried to every card and model.
 
-Not modelled: elementwise kernels (norms, activations, quantisation, routing) and their activation
-traffic, kernel launch latency under graph capture, communication slowed by the computation it overlaps
-(no published figure sizes it); the MTP module's weights and KV cache in memory; prefix-cache hits;
+Not modelled: the same in decode (no profiled decode step with a stated token count is recorded), kernel
+launch latency under graph capture; the MTP module's weights and KV cache in memory; prefix-cache hits;
 DeepSeek-V4's compressor pooling, compressor-state reads and mHC mixing beyond its parameters.
 
 Sources: DeepSeek-V3 ``inference/model.py`` (``MLA.forward``: ``attn_impl = "naive"`` expands the
@@ -1177,16 +1179,19 @@ def _profiled_steps() -> dict:
 
 
 @cache
-def beyond_kernels(phase: str) -> tuple[float, CostSource | None]:
+def beyond_kernels(phase: str, overlap_model: str | None = None) -> tuple[float, CostSource | None]:
     """How much longer a whole step of a serving system takes than its published kernel costs add up to:
     the time of the step profiled in ``phase`` (``pdcalc/data/costs.toml``, ``what = "profiled_step"``:
     DeepSeek's own prefill profile) over the published-cost step of :func:`step` at the profile's
     conditions (its model, card, dtype, EP size, prompt length and tokens per card, two micro-batches,
-    balanced routing).
+    balanced routing), under ``overlap_model`` (:data:`OVERLAP_MODELS`; ``None``: the default), so that a
+    what-if on the overlap model is scaled to the same profile.
 
     Returns ``(k, source)``: every published-cost step of the phase takes ``k`` times its kernel sum
-    (every card and model: the share is carried). ``(1.0, None)`` where no step of the phase is recorded
-    (decode). ``k`` is fixed by the profile alone; no throughput measurement enters it.
+    (every card and model: the share is carried); the per-step host overhead is not scaled. ``(1.0,
+    None)`` where no step of the phase is recorded (decode). ``k`` is set by the profiled rate, which
+    LMSYS reads from DeepSeek's profile in the post that also reports SGLang's prefill runs at the same
+    conditions: those runs are in sample (:mod:`pdcalc.validation` marks them).
     """
     p = _profiled_steps().get(phase)
     if p is None:
@@ -1195,7 +1200,7 @@ def beyond_kernels(phase: str) -> tuple[float, CostSource | None]:
     model = p.model.lower()
     st = step(model, p.card, tp=1, dp=p.ep_size, ep=p.ep_size, context=p.context_tokens,
               concurrency=p.tokens_per_batch * p.ep_size / p.context_tokens, phase=phase, quant=p.dtype,
-              costs="published", overlap=True, beyond=False)
+              costs="published", overlap=True, overlap_model=overlap_model, beyond=False)
     kernels_node = float(st.tokens_per_s_per_card) * c.cards_per_node
     k = kernels_node / p.node_tokens_per_s
     note = (f"{p.model}'s {phase} profile on the {p.card} ({p.ep_size}-way EP, {p.context_tokens:,.0f}-token "
@@ -1703,7 +1708,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         raise LayoutError("redundant_experts needs expert parallelism (ep)")
     for name, v in (("mfu", mfu), ("mbu", mbu), ("comm_eff", comm_eff)):
         _check_eff(name, v)
-    for name, v in (("overlap", overlap), ("graph", graph)):
+    for name, v in (("overlap", overlap), ("graph", graph), ("beyond", beyond)):
         if not isinstance(v, bool):
             raise LayoutError(f"{name} must be True or False, got {v!r}")
     overlap_model = DEFAULT_OVERLAP_MODEL if overlap_model is None else overlap_model
@@ -1747,10 +1752,11 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
                             redundant=redundant_experts, graph=graph, act_bytes=act_bytes,
                             allreduces=allreduces_per_layer, dispatch_dtype=dtype_of.get(dispatch_bytes, "bf16"),
                             combine_dtype=dtype_of.get(combine_bytes, "bf16"))
-        k_beyond, src_beyond = beyond_kernels(phase) if beyond else (1.0, None)
-        if src_beyond is not None:
-            r["parts"]["beyond the kernel tables"] = (k_beyond - 1) * r["time"]
-            r["time"] = k_beyond * r["time"]
+        k_beyond, src_beyond = beyond_kernels(phase, overlap_model) if beyond else (1.0, None)
+        if src_beyond is not None:   # the kernels' time, not the per-step host overhead
+            kernels_time = r["time"] - r["parts"]["overhead"]
+            r["parts"]["beyond the kernel tables"] = (k_beyond - 1) * kernels_time
+            r["time"] = r["time"] + (k_beyond - 1) * kernels_time
             r["sources"] = r["sources"] + (dataclasses.replace(src_beyond, applied_to=c.name,
                                                                carried=c.name != src_beyond.measured_on),)
         terms = np.stack([np.broadcast_to(r[k], L.shape) for k in ("compute", "memory", "comm")])

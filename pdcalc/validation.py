@@ -154,10 +154,9 @@ _OVERLAP_GAP = ("the two-micro-batch overlap the run uses hides communication un
                 "computation, which runs on the SMs DeepSeek's profile leaves it (108 of 132 beside DeepEP's normal "
                 "kernels, all in decode); in decode, communication slowed under overlap (LMSYS) is not sized by "
                 "any published figure and not modelled")
-_OVERLAP_SHARE = ("the H800's share of SMs held by prefill communication is carried to the card's compute units; "
-                  + _OVERLAP_GAP)
 _BEYOND = ("the step takes what DeepSeek's profiled H800 prefill step takes beyond its kernel costs (kernels "
            "outside the tables, communication slowed under overlap)")
+_IN_SAMPLE = ("In sample: the post the prefill step's profiled rate is read from; shown, not scored.")
 _PREFILL_SHARE = ("the H800's share of SMs held by prefill communication is carried to the card's compute units, "
                   "and " + _BEYOND)
 
@@ -173,7 +172,7 @@ def _tb(low: float, high: float, why: str) -> Band:
 #: is known to be off, for the reason given.
 THROUGHPUT_BANDS: dict[str, Band] = {
     "deepseek-prod-h800-prefill-per-node": _tb(1.64, 2, (
-        "A 24 h production average (load below capacity; DeepSeek's own profile runs twice its rate) with "
+        "A 24 h production average (load below capacity; LMSYS: DeepSeek's profile runs at roughly twice its rate) with "
         "prompt length and batch not stated: the profiled step the prefill factor comes from ran at the "
         "conditions assumed here, so what remains is the service's load.")),
     "deepseek-prod-h800-decode-per-node": _tb(1.03, 1.26, (
@@ -183,12 +182,12 @@ THROUGHPUT_BANDS: dict[str, Band] = {
         f"figure); {_PREFILL_SHARE}.")),
     "cloudmatrix384-r1-decode-per-npu-tpot50": _tb(1.28, 1.56, (
         f"Batch from the TPOT limit; GEMM shares carried from the H800; MTP not stated (off); {_OVERLAP_GAP}.")),
-    "lmsys-96xh100-prefill-per-node": _tb(1.07, 1.3, f"Batch per device assumed (16,384); {_PREFILL_SHARE}."),
-    "lmsys-96xh100-prefill-per-node-1k": _tb(0.99, 1.21, f"'1K' as 1,024, batch as the 4K run; {_PREFILL_SHARE}."),
+    "lmsys-96xh100-prefill-per-node": _tb(1.07, 1.3, f"{_IN_SAMPLE} Batch per device assumed as the 4K run; {_PREFILL_SHARE}."),
+    "lmsys-96xh100-prefill-per-node-1k": _tb(0.99, 1.21, f"{_IN_SAMPLE} '1K' as 1,024, batch as the 4K run; {_PREFILL_SHARE}."),
     "lmsys-96xh100-prefill-per-node-4k": _tb(1.05, 1.28, (
-        f"Conditions stated; EPLB imbalance carried; {_PREFILL_SHARE}.")),
+        f"{_IN_SAMPLE} Conditions stated; EPLB imbalance carried; {_PREFILL_SHARE}.")),
     "lmsys-96xh100-prefill-per-node-4k-perfect-eplb": _tb(0.96, 1.17, (
-        f"DeepSeek's profiled conditions on the H100 (LMSYS: 5 % below DeepSeek's profile); {_PREFILL_SHARE}.")),
+        f"{_IN_SAMPLE} DeepSeek's profiled conditions on the H100: the model gives the profiled rate itself.")),
     "lmsys-96xh100-decode-per-node": _tb(1.25, 1.53, f"Batch and KV length stated, no MTP; {_OVERLAP_GAP}."),
     "lmsys-h20-prefill-per-node": _tb(0.43, 0.53, (
         "Under-predicted: the H800's shares of peak carried to the H20 (a slower tensor core is easier to keep "
@@ -214,10 +213,10 @@ THROUGHPUT_BANDS: dict[str, Band] = {
         f"ceilings; overlap not stated; {_BEYOND}.")),
     "rtp-llm-h800-decode-per-card": _tb(0.88, 1.07, "Concurrency and per-user speed stated; MTP and overlap not stated."),
     "sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50": _tb(2, 2.44, (
-        "Batch from the measured TPOT and output rate (611 decoding of the 832 the client allows): the run's "
-        "48 ms TPOT is 2.2x the model's, costs of SGLang on Ascend beyond the published kernels.")),
+        "Batch from the measured TPOT and output rate (fewer sequences than the client allows): the run's TPOT "
+        "is well above the model's, costs of SGLang on Ascend beyond the published kernels.")),
     "sglang-ascend-a3-r1-w8a8-32card-pd-6000-1600-tpot20": _tb(1.45, 1.77, (
-        "About one sequence per die with 3 MTP steps: latency floors of small kernels, not published.")),
+        "Less than one sequence per die, with MTP steps: latency floors of small kernels, not published.")),
     "cann-recipes-a3-r1-prefill-per-card-microbatch": _tb(0.87, 1.06, (
         f"GEMM shares carried from the H800's FP8 to the 910C's INT8, as in the run without micro-batches, which "
         f"lands within 1 % of it; {_PREFILL_SHARE}.")),
@@ -419,6 +418,7 @@ class Prediction:
     before: float | None = None  # throughput: the roofline with flat efficiencies under the same conditions
     cost_sources: tuple = ()     # throughput: pdcalc.throughput.CostSource of every published figure used
     costs_from: str = ""         # throughput: the costs.toml tables used, and the cards carried from
+    in_sample: bool = False      # set by the same source it is compared with (left out of the statistics)
 
 
 def _weights(mid: str, scheme) -> Prediction:
@@ -944,6 +944,7 @@ def _throughput_predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float =
             cands.append(predict_throughput(setup, "published", overlap_model="ideal", beyond=beyond)[0])
         carried = sorted({s.measured_on for s in st.cost_sources if s.carried and s.measured_on != "none"})
         tables = sorted({t for s in st.cost_sources for t in s.tables})
+        own = beyond and source_document(m.id) == calibration_document(setup.phase)
         out.append(Prediction(
             id=m.id, predicted=after, low=min(cands), high=max(cands), layout=setup.layout(),
             function="pdcalc.validation.predict_throughput (pdcalc.throughput.step, costs='published')",
@@ -951,9 +952,12 @@ def _throughput_predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float =
                 " Where the source leaves MTP open, MTP on is the range's other end." if len(cands) > 1
                 and not setup.mtp_steps and m.mtp is None else "") + (
                 " The serial kernel sum (no overlap) is the range's low end, the ideal overlap (the computation "
-                "keeps every SM) its high end." if setup.overlap else ""),
+                "keeps every SM) its high end." if setup.overlap else "") + (
+                " In sample: the prefill step's profiled ratio is read from the same post, and not counted in the "
+                "errors." if own else ""),
             band=_throughput_band(m.id), before=before, cost_sources=st.cost_sources,
-            costs_from=", ".join(tables) + (f"; carried from {', '.join(carried)}" if carried else "")))
+            costs_from=", ".join(tables) + (f"; carried from {', '.join(carried)}" if carried else ""),
+            in_sample=own))
     return out
 
 
@@ -1097,7 +1101,7 @@ def table(**kwargs) -> pd.DataFrame:
             "within_band": p.band.contains(p.predicted / meas), "function": p.function,
             "assumptions": p.assumptions, "band_why": p.band.why, "quote": m.quote, "source": m.source,
             "before": p.before, "ratio_before": None if p.before is None else p.before / meas,
-            "costs_from": p.costs_from,
+            "costs_from": p.costs_from, "in_sample": p.in_sample,
         })
     return pd.DataFrame(rows)
 
@@ -1252,46 +1256,60 @@ def _abs_err_pct(ratios) -> pd.Series:
     return 100 * (pd.Series(ratios, dtype=float) - 1).abs()
 
 
-def throughput_summary(df: pd.DataFrame) -> dict:
-    """Errors of the throughput predictions of :func:`table` ``df``, before (the roofline with flat
-    efficiencies) and after (the published-cost model), and of the published-cost model with every run
-    serial (no overlap) and with the ideal overlap (the computation keeps every SM): medians and worst of
-    ``|predicted / measured - 1|`` in %, how many predictions, how many within 15 % and beyond 35 %, the
-    worst measurement, and how many runs state an overlap. Also the gain of cann-recipes' micro-batch
-    prefill over the same run without micro-batches, predicted (published and ideal overlap) and measured:
-    a check, not an input. And the errors once each prediction is divided by one factor per phase taken
-    from the other source documents (:func:`cross_validated`): ``thr_med_cv``, ``thr_worst_cv``, ...."""
+def _out_of_sample(df: pd.DataFrame) -> pd.DataFrame:
+    """The throughput rows of ``df`` that no figure of their own source set (``in_sample`` False)."""
     thr = df[df["group"] == "throughput"]
+    return thr[~thr["in_sample"].astype(bool)] if "in_sample" in thr else thr
+
+
+def throughput_summary(df: pd.DataFrame) -> dict:
+    """Errors of the throughput predictions of :func:`table` ``df`` that are out of sample (those a figure
+    of their own source sets are counted, ``thr_n_in_sample``, not scored), before (the roofline with flat
+    efficiencies) and after (the published-cost model), and of the published-cost model with every run
+    serial (no overlap), with the ideal overlap (the computation keeps every SM) and with the kernels alone
+    (no profiled step): medians and worst of ``|predicted / measured - 1|`` in %, how many predictions, how
+    many within 15 % and beyond 35 %, the worst measurement, and how many runs state an overlap. Also the
+    gain of cann-recipes' micro-batch prefill over the same run without micro-batches, predicted (published
+    and ideal overlap) and measured: a check, not an input. And the errors once each prediction is divided
+    by one factor per phase taken from the other source documents (:func:`cross_validated`):
+    ``thr_med_cv``, ``thr_worst_cv``, ...."""
+    every = df[df["group"] == "throughput"]
+    thr = _out_of_sample(df)
+    ids = list(thr["id"])
     after, before = _abs_err_pct(thr["ratio"]), _abs_err_pct(thr["ratio_before"])
-    serial = {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(overlap=False)}
-    ideal = {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(overlap_model="ideal")}
-    kernels = {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(beyond=False)}
-    ker = _abs_err_pct([kernels[i] for i in thr["id"]])
-    ser = _abs_err_pct([serial[i] for i in thr["id"]])
-    ide = _abs_err_pct([ideal[i] for i in thr["id"]])
-    stated = [i for i in thr["id"] if throughput_setup(i).overlap]
+
+    def ratios(**kw):
+        return {p.id: p.predicted / measured_si(reg.get(p.id)) for p in _throughput_predictions(**kw)}
+
+    serial, ideal, kernels = ratios(overlap=False), ratios(overlap_model="ideal"), ratios(beyond=False)
+    ker = _abs_err_pct([kernels[i] for i in ids])
+    ser = _abs_err_pct([serial[i] for i in ids])
+    ide = _abs_err_pct([ideal[i] for i in ids])
+    stated = [i for i in ids if throughput_setup(i).overlap]
     ser_ov = _abs_err_pct([serial[i] for i in stated])
     ide_ov = _abs_err_pct([ideal[i] for i in stated])
     aft_ov = _abs_err_pct(thr.set_index("id").loc[stated, "ratio"])
-    worst = thr["id"].iloc[int(after.to_numpy().argmax())]
+    worst = ids[int(after.to_numpy().argmax())]
     cvd = cross_validated(df)
-    cv_err = _abs_err_pct(cvd["cross-validated"])
+    scored = cvd.dropna(subset=["cross-validated"])
+    cv_err = _abs_err_pct(scored["cross-validated"])
     cv = {"thr_med_cv": cv_err.median(), "thr_worst_cv": cv_err.max(),
-          "thr_worst_cv_id": cvd["measurement"].iloc[int(cv_err.to_numpy().argmax())],
+          "thr_worst_cv_id": scored["measurement"].iloc[int(cv_err.to_numpy().argmax())],
           "thr_within15_cv": int((cv_err <= 15).sum()), "thr_beyond35_cv": int((cv_err > 35).sum()),
-          "thr_sources": int(cvd["source"].nunique())}
+          "thr_cv_n": len(scored), "thr_sources": int(cvd["source"].nunique())}
     k_pf, _ = throughput.beyond_kernels("prefill")
     cv |= {"thr_med_kernels": ker.median(), "thr_worst_kernels": ker.max(),
            "thr_within15_kernels": int((ker <= 15).sum()), "thr_beyond35_kernels": int((ker > 35).sum()),
            "beyond_prefill": k_pf}
     mb, nomb = "cann-recipes-a3-r1-prefill-per-card-microbatch", "cann-recipes-a3-r1-prefill-per-card-no-microbatch"
     gain = {}
-    if {mb, nomb} <= set(thr["id"]):
+    if {mb, nomb} <= set(ids):
         meas = measured_si(reg.get(mb)) / measured_si(reg.get(nomb))
         pred = thr.set_index("id")["predicted"]
         gain = {"mb_gain_measured": meas, "mb_gain_after": pred[mb] / pred[nomb],
                 "mb_gain_ideal": ideal[mb] / ideal[nomb] * meas}
-    return {"thr_n": len(thr), "thr_med_before": before.median(), "thr_worst_before": before.max(),
+    return {"thr_n": len(thr), "thr_n_all": len(every), "thr_n_in_sample": len(every) - len(thr),
+            "thr_med_before": before.median(), "thr_worst_before": before.max(),
             "thr_med_after": after.median(), "thr_worst_after": after.max(), "thr_worst_id": worst,
             "thr_within15": int((after <= 15).sum()), "thr_beyond35": int((after > 35).sum()),
             "thr_med_serial": ser.median(), "thr_worst_serial": ser.max(),
@@ -1304,10 +1322,27 @@ def throughput_summary(df: pd.DataFrame) -> dict:
             "thr_worst_overlap_ideal": ide_ov.max() if len(stated) else 0.0} | gain | cv
 
 
+def throughput_misses(df: pd.DataFrame, pct: float = 35) -> pd.DataFrame:
+    """The out-of-sample throughput predictions of :func:`table` ``df`` that miss by more than ``pct`` %,
+    worst first, each with the reason its band gives. Columns ``measurement, after / measured, why``."""
+    thr = _out_of_sample(df)
+    err = _abs_err_pct(thr["ratio"]).to_numpy()
+    out = pd.DataFrame({"measurement": thr["id"].to_numpy(), "after / measured": thr["ratio"].to_numpy(float),
+                        "why": thr["band_why"].to_numpy(), "err": err})
+    return out[out["err"] > pct].sort_values("err", ascending=False).drop(columns="err").reset_index(drop=True)
+
+
 def source_document(mid: str) -> str:
     """The document a measurement was published in: its registry URL without the fragment."""
     m = reg.get(mid)
     return (m.url or m.source).split("#")[0]
+
+
+def calibration_document(phase: str) -> str | None:
+    """The document the profiled step of ``phase`` (:func:`pdcalc.throughput.beyond_kernels`) takes its
+    rate from, or ``None``: a measurement of that phase from the same document is in sample."""
+    p = throughput._profiled_steps().get(phase)
+    return None if p is None else (p.url or p.source).split("#")[0]
 
 
 def short_source(url: str) -> str:
@@ -1322,24 +1357,28 @@ def short_source(url: str) -> str:
 
 
 def cross_validated(df: pd.DataFrame) -> pd.DataFrame:
-    """What one engine factor per phase would do, estimated out of sample: each throughput prediction of
-    :func:`table` ``df`` divided by the median, over every *other* source document of the same phase, of
-    that document's median predicted/measured (leave one source out, so no measurement, nor any other from
-    its own document, sets the factor it is divided by).
+    """What one engine factor per phase would do, estimated out of sample: each out-of-sample throughput
+    prediction of :func:`table` ``df`` divided by the median, over every *other* source document of the same
+    phase, of that document's median predicted/measured (leave one source out, so no measurement, nor any
+    other from its own document, sets the factor it is divided by). A phase with no other document gives
+    no factor (NaN). In-sample rows neither take nor give a factor.
 
     A check of the hypothesis that real engines run slower than the published kernels by a factor common to
     a phase, not a calibration of pdcalc: no prediction elsewhere uses these factors.
 
     Columns ``measurement, phase, source, after / measured, factor (other sources), cross-validated``.
     """
-    thr = df[df["group"] == "throughput"]
+    thr = _out_of_sample(df)
     d = pd.DataFrame({"measurement": thr["id"].to_numpy(),
                       "phase": thr["quantity"].map({"prefill_throughput": "prefill",
                                                     "decode_throughput": "decode"}).to_numpy(),
                       "source": [source_document(i) for i in thr["id"]],
                       "after / measured": thr["ratio"].to_numpy(float)})
     per_source = d.groupby(["phase", "source"])["after / measured"].median()
-    factor = [float(per_source[ph].drop(src).median()) for ph, src in zip(d["phase"], d["source"])]
+    factor = []
+    for ph, src in zip(d["phase"], d["source"]):
+        others = per_source[ph].drop(src)
+        factor.append(float(others.median()) if len(others) else float("nan"))
     d["factor (other sources)"] = factor
     d["cross-validated"] = d["after / measured"] / d["factor (other sources)"]
     return d

@@ -217,6 +217,8 @@ def test_plan_costs_flag_times_the_steps_from_published_costs():
 @pytest.mark.parametrize("args,message", [
     (("throughput", "deepseek-v3", "--card", "h800", "--tp", "3", "--dp", "1", "--context", "10", "--concurrency", "1"),
      "TP degree 3 does not divide the 128 attention heads"),
+    (("throughput", "deepseek-v3", "--card", "h800", "--tp", "1", "--dp", "8", "--context", "10", "--concurrency", "1",
+      "--kernels-only"), "--kernels-only: applies to --costs published only"),
     (("plan", "--card", "nope", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1"), "unknown card 'nope'"),
     (("plan", "--card", "h800", "--cards", "8", "--prompt", "0", "--output", "10", "--rate", "1"), "argument --prompt: must be an integer in 1..16,777,216, got 0"),
     (("plan", "--card", "h800", "--cards", "8", "--prompt", "10", "--output", "10", "--rate", "1", "--p-tp", "0"), "argument --p-tp: must be an integer in 1..65,536, got 0"),
@@ -269,6 +271,8 @@ def test_throughput_costs_engine_and_kv_dtype_flags():
     assert kernels["kernels_only"] and not pub["kernels_only"]
     assert pub["phases"]["prefill"]["step_s"] == pytest.approx(k * kernels["phases"]["prefill"]["step_s"], rel=1e-12)
     assert pub["phases"]["decode"]["step_s"] == kernels["phases"]["decode"]["step_s"]
+    assert pub["phases"]["prefill"]["beyond_kernels"] == pytest.approx(k, rel=1e-12)
+    assert pub["phases"]["decode"]["beyond_kernels"] == kernels["phases"]["prefill"]["beyond_kernels"] == 1.0
     bf16, fp8 = (json.loads(run(*base, *k).stdout) for k in ((), ("--kv-dtype", "fp8")))
     assert fp8["phases"]["decode"]["memory_s"] < bf16["phases"]["decode"]["memory_s"]   # half the cache bytes read
     v4 = json.loads(run("throughput", "deepseek-v4-flash", "--card", "h200", "--tp", "1", "--dp", "8", "--ep", "8",

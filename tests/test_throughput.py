@@ -755,6 +755,7 @@ def test_a_profiled_prefill_step_scales_every_prefill_step():
               concurrency=p.tokens_per_batch * p.ep_size / p.context_tokens, costs="published", overlap=True)
     node = th.get_card(p.card).cards_per_node
     full, kernels = th.step(V3, p.card, **kw), th.step(V3, p.card, beyond=False, **kw)
+    assert float(full.tokens) / full.cards == p.tokens_per_batch                # 16K tokens per GPU, as profiled
     assert float(full.tokens_per_s_per_card) * node == pytest.approx(p.node_tokens_per_s, rel=1e-12)
     assert float(kernels.tokens_per_s_per_card) * node == pytest.approx(k * p.node_tokens_per_s, rel=1e-12)
     assert full.breakdown["beyond the kernel tables"] == pytest.approx((k - 1) / k * float(full.time_s), rel=1e-12)
@@ -766,3 +767,14 @@ def test_a_profiled_prefill_step_scales_every_prefill_step():
     # decode steps take none of it
     dkw = dict(tp=1, dp=8, ep=8, context=4096, concurrency=8 * 64, phase="decode", quant="fp8", costs="published")
     assert th.step(V3, "h800", **dkw).time_s == th.step(V3, "h800", beyond=False, **dkw).time_s
+    # an overlap-model what-if is scaled to the same profile, under its own model
+    k_ideal, _ = th.beyond_kernels("prefill", "ideal")
+    ideal = th.step(V3, p.card, overlap_model="ideal", **kw)
+    assert k_ideal > k and float(ideal.tokens_per_s_per_card) * node == pytest.approx(p.node_tokens_per_s, rel=1e-12)
+    # the per-step host overhead is not scaled: eager mode adds the same seconds with and without the ratio
+    ekw = dict(tp=1, dp=8, ep=8, context=4096, concurrency=8, phase="prefill", quant="fp8", costs="published")
+    added = [float(th.step(V3, "h800", graph=False, beyond=b, **ekw).time_s - th.step(V3, "h800", beyond=b, **ekw).time_s)
+             for b in (True, False)]
+    assert added[0] == pytest.approx(added[1], rel=1e-9) and added[0] > 0
+    with pytest.raises(LayoutError, match="beyond must be True or False"):
+        th.step(V3, "h800", beyond="no", **ekw)
