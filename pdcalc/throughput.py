@@ -1319,14 +1319,15 @@ class _Tally:
 
 def _published_step(model, s: _Split, c: Card, *, quant, tp, dp, ep, cards, L, S, phase, lin_dtype, p_lin,
                     attn_dtype, kv_bytes, engine, overlap, overlap_model, mtp_steps, acceptance, eplb, redundant,
-                    graph, act_bytes, allreduces, dispatch_dtype, combine_dtype):
-    """The step of :func:`step` with ``costs="published"``: see its docstring."""
+                    graph, act_bytes, allreduces, dispatch_dtype, combine_dtype, card_key=None):
+    """The step of :func:`step` with ``costs="published"``: see its docstring. ``card_key`` is how the card
+    was named (a preset or a hardware file), for the lookups that load it again."""
     sources: list = []
     kinds, head, _ = _gemm_plan(model, quant, tp, ep, redundant)
     prefill = phase == "prefill"
     q_per_seq = L if prefill else float(1 + mtp_steps)
     in_bytes = 1.0 if lin_dtype in ("fp8", "int8") else 2.0
-    att = attention_ceilings(c.name, attn_dtype, "sparse" if s.sparse else "dense",
+    att = attention_ceilings(str(card_key) if card_key is not None else c.name, attn_dtype, "sparse" if s.sparse else "dense",
                              topk=s.index_topk if s.sparse else None)
     sources.extend(att.sources)
     P_attn = c.flops(attn_dtype)
@@ -1745,7 +1746,7 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
 
     if costs == "published":
         dtype_of = {1.0: "fp8", 2.0: "bf16"}
-        r = _published_step(model, s, c, quant=quant, tp=tp, dp=dp, ep=ep, cards=cards, L=L, S=S, phase=phase,
+        r = _published_step(model, s, c, card_key=card, quant=quant, tp=tp, dp=dp, ep=ep, cards=cards, L=L, S=S, phase=phase,
                             lin_dtype=lin_dtype, p_lin=p_lin, attn_dtype=attn_dtype, kv_bytes=kv_bytes,
                             engine=engine, overlap=overlap, overlap_model=overlap_model, mtp_steps=mtp_steps,
                             acceptance=acceptance, eplb=eplb,

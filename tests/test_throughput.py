@@ -778,3 +778,14 @@ def test_a_profiled_prefill_step_scales_every_prefill_step():
     assert added[0] == pytest.approx(added[1], rel=1e-9) and added[0] > 0
     with pytest.raises(LayoutError, match="beyond must be True or False"):
         th.step(V3, "h800", beyond="no", **ekw)
+
+
+def test_published_costs_take_a_hardware_file_as_its_preset():
+    # a user hardware file with the ascend-910b2 preset's speeds (book/hardware: only the memory differs)
+    from pathlib import Path
+
+    f = str(Path(__file__).resolve().parents[1] / "book" / "hardware" / "910b-as-v4-article.toml")
+    kw = dict(tp=8, dp=1, context=1000, concurrency=8, quant="w8a8", costs="published")
+    for phase in ("prefill", "decode"):
+        mine, preset = th.step(V3, f, phase=phase, **kw), th.step(V3, "ascend-910b2", phase=phase, **kw)
+        assert float(mine.time_s) == pytest.approx(float(preset.time_s), rel=1e-12), phase
