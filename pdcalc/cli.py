@@ -267,7 +267,9 @@ def cmd_throughput(args) -> int:
         what = "prompts" if phase == "prefill" else "sequences, one token each"
         print(f"  {phase:<8} step {r['step_s'] * 1e3:9.2f} ms  {r['tokens_per_s']:>12,.0f} tokens/s "
               f"({r['tokens_per_s_per_card']:,.0f} per card)  bound: {r['bound']}  [{what}]")
-    stored = out["phases"]["decode"]["stored_bytes_per_card"] / 2**30
+    from pdcalc.units import GiB
+
+    stored = out["phases"]["decode"]["stored_bytes_per_card"] / GiB
     print(f"  weights + KV per card {stored:.2f} GiB: {'fits' if out['phases']['decode']['fits'] else 'does not fit'} "
           f"in the memory the card exposes")
     return 0

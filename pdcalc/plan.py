@@ -147,6 +147,7 @@ from pdcalc.model import load_config
 from pdcalc.parallel import place_experts
 from pdcalc.quant import get_scheme
 from pdcalc.transfer import exposed_seconds, link
+from pdcalc.units import GiB
 
 CONSTRAINTS = ("P memory", "D memory", "KV capacity", "prefill load", "TTFT", "TPOT")
 
@@ -768,8 +769,8 @@ def _split_arrays(setup: Setup, work: Workload, p_sides: list[Side], d_sides: li
         "p_tp": P["tp"][p].astype(np.int64), "d_instances": np.asarray(c["n_d"], dtype=np.int64),
         "d_size": D["size"][d].astype(np.int64), "d_tp": D["tp"][d].astype(np.int64),
         "cards": cards_used.astype(np.int64),
-        "p_weights_gib": P["weights_bytes"][p] / 2**30, "d_weights_gib": D["weights_bytes"][d] / 2**30,
-        "d_kv_room_gib": D["room_bytes"][d] / 2**30, "kv_capacity_seqs": cap_seqs, "concurrency": conc,
+        "p_weights_gib": P["weights_bytes"][p] / GiB, "d_weights_gib": D["weights_bytes"][d] / GiB,
+        "d_kv_room_gib": D["room_bytes"][d] / GiB, "kv_capacity_seqs": cap_seqs, "concurrency": conc,
         "prefill_s": P["prefill_s"][p], "prefill_load": load, "transfer_s": xfer,
         "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": out_tok_s,
         "tokens_per_s_per_card": out_tok_s / cards_used,
@@ -933,7 +934,7 @@ def _agg_arrays(setup: Setup, work: Workload, a_sides: list[Side], tab: _Agg, c:
     cols = {
         "instances": np.asarray(c["n"], dtype=np.int64), "size": size.astype(np.int64),
         "tp": A["tp"][a].astype(np.int64), "cards": cards.astype(np.int64),
-        "weights_gib": A["weights_bytes"][a] / 2**30, "kv_room_gib": A["room_bytes"][a] / 2**30,
+        "weights_gib": A["weights_bytes"][a] / GiB, "kv_room_gib": A["room_bytes"][a] / GiB,
         "kv_capacity_seqs": cap, "concurrency": conc, "decode_s": tdec, "prefill_s": tpf,
         "prefill_share": share, "chunk_tokens": b, "mean_chunk_tokens": cbar, "prefill_load": rho,
         "ttft_s": ttft, "tpot_s": tau, "output_tokens_per_s": out, "tokens_per_s_per_card": out / cards,
@@ -1197,13 +1198,7 @@ class Plan:
     def memory(self) -> pd.DataFrame:
         """:meth:`card_memory` as a table in GiB to two decimals: weights, KV cache in use, activations and
         framework, headroom, and what ``utilization`` lets the engine fill; one column per card."""
-        names = {"weights": "weights", "kv_cache": "KV cache in use", "overhead": "activations and framework"}
-        cols = {}
-        for name, mp in self.card_memory().items():
-            vals = {names.get(k, k): v / 2**30 for k, v in mp.parts.items()}
-            vals["headroom"] = mp.free_bytes / 2**30
-            vals["usable (utilization x memory)"] = mp.usable_bytes / 2**30
-            cols[f"{name} (GiB)"] = vals
+        cols = {f"{name} (GiB)": _gib_parts(mp, _TABLE_NAMES) for name, mp in self.card_memory().items()}
         df = pd.DataFrame(cols).round(2)           # GiB to two decimals, as the engines print them
         df.index.name = "per card"
         return df.reset_index() if len(df.columns) else pd.DataFrame()
@@ -1275,7 +1270,7 @@ def _kv_short(setup: Setup, work: Workload, row, *, room: float, card: str, one:
         ctx = work.prompt_tokens + work.output_tokens
         per_seq = float(seq_kv_bytes(setup, ctx))
         return (f"{card} has {room:,.2f} GiB for KV cache, less than {one} of {ctx:,} tokens "
-                f"({per_seq / 2**30:,.2f} GiB)")
+                f"({per_seq / GiB:,.2f} GiB)")
     need = math.ceil(conc - 1e-9)
     return f"{holder} {cap:,.0f} of the {need:,} sequences in flight, {need - cap:,.0f} short"
 
@@ -1286,14 +1281,13 @@ def _nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
     best = _closest(df, CONSTRAINTS, _STAGE)
     row = df.iloc[best]
     failing = _failing(row, CONSTRAINTS, _STAGE)
-    gib = 2**30
     usable = _usable(setup)
     parts = []
     for k in failing:
         if k in ("P memory", "D memory"):
             side = k[0]
             lead = f"a {side} card is short by" if not parts else f"a {side} card by"
-            parts.append(f"{lead} {-row[f'slack: {k}'] * usable / gib:,.2f} GiB")
+            parts.append(f"{lead} {-row[f'slack: {k}'] * usable / GiB:,.2f} GiB")
         elif k == "KV capacity":
             parts.append(_kv_short(setup, work, row, room=row["d_kv_room_gib"], card="a D card",
                                    one="one sequence", holder="the D side holds"))
@@ -1371,11 +1365,10 @@ def _agg_nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
     """The closest co-located option and its shortfall (one line), chosen as :func:`_nothing_fits` does."""
     row = df.iloc[_closest(df, AGG_CONSTRAINTS, _AGG_STAGE)]
     failing = _failing(row, AGG_CONSTRAINTS, _AGG_STAGE)
-    gib = 2**30
     parts = []
     for k in failing:
         if k == "memory":
-            parts.append(f"a card is short by {-row['slack: memory'] * _usable(setup) / gib:,.2f} GiB")
+            parts.append(f"a card is short by {-row['slack: memory'] * _usable(setup) / GiB:,.2f} GiB")
         elif k == "KV capacity":
             parts.append(_kv_short(setup, work, row, room=row["kv_room_gib"], card="a card",
                                    one="one prompt in prefill and one sequence", holder="the instances hold"))
@@ -1750,10 +1743,16 @@ def aggregated_card_plan(setup: Setup, work: Workload, row):
                        overhead=setup.a_overhead_bytes)
 
 
-def _gib_parts(mp) -> dict:
+#: Names of a card's memory parts in the JSON (:meth:`Plan.answer`) and in the table (:meth:`Plan.memory`).
+_JSON_NAMES = {"weights": "weights", "kv_cache": "kv_cache", "overhead": "activations_and_framework",
+               "headroom": "headroom", "usable": "usable"}
+_TABLE_NAMES = {"weights": "weights", "kv_cache": "KV cache in use", "overhead": "activations and framework",
+                "headroom": "headroom", "usable": "usable (utilization x memory)"}
+
+
+def _gib_parts(mp, names: dict = _JSON_NAMES) -> dict:
     """A :class:`pdcalc.memory.MemoryPlan` in GiB: weights, KV cache, activations and framework, headroom,
-    usable."""
-    names = {"weights": "weights", "kv_cache": "kv_cache", "overhead": "activations_and_framework"}
-    out = {names.get(k, k): v / 2**30 for k, v in mp.parts.items()}
-    out.update(headroom=mp.free_bytes / 2**30, usable=mp.usable_bytes / 2**30)
+    usable, under ``names``."""
+    out = {names.get(k, k): v / GiB for k, v in mp.parts.items()}
+    out.update({names["headroom"]: mp.free_bytes / GiB, names["usable"]: mp.usable_bytes / GiB})
     return out

@@ -42,7 +42,7 @@ from functools import cache
 import pandas as pd
 
 from pdcalc import measurements as reg
-from pdcalc import throughput, transfer
+from pdcalc import costs, throughput, transfer
 from pdcalc.errors import LayoutError, UnknownNameError
 from pdcalc.hardware import get_card
 from pdcalc.precision import MAX_SIG, tidy
@@ -150,10 +150,12 @@ BANDS: dict[str, Band] = {
 }
 
 
+_PF_OVERLAP = next(p for p in costs.overlap("h800", "prefill", mode="normal")
+                   if p.table_id == "deepseek-profile-prefill-overlap")
 _OVERLAP_GAP = ("the two-micro-batch overlap the run uses hides communication under the other micro-batch's "
-                "computation, which runs on the SMs DeepSeek's profile leaves it (108 of 132 beside DeepEP's normal "
-                "kernels, all in decode); in decode, communication slowed under overlap (LMSYS) is not sized by "
-                "any published figure and not modelled")
+                f"computation, which runs on the SMs DeepSeek's profile leaves it ({_PF_OVERLAP.compute_sms} of "
+                f"{_PF_OVERLAP.sms} beside DeepEP's normal kernels, all in decode); in decode, communication slowed "
+                "under overlap (LMSYS) is not sized by any published figure and not modelled")
 _BEYOND = ("the step takes what DeepSeek's profiled H800 prefill step takes beyond its kernel costs (kernels "
            "outside the tables, communication slowed under overlap)")
 _IN_SAMPLE = ("In sample: the post the prefill step's profiled rate is read from; shown, not scored.")
@@ -203,7 +205,8 @@ THROUGHPUT_BANDS: dict[str, Band] = {
     "lmsys-h20-decode-per-gpu-ep32-bs8": _tb(0.92, 1.13, "Batch 8 stated; MTP not stated (off; on is the range)."),
     "lmsys-h20-decode-per-gpu-ep32-bs32": _tb(0.94, 1.15, "Batch 32 stated; MTP not stated (off)."),
     "trtllm-h200-r1-fp8-max-throughput": _tb(1.41, 1.71, (
-        "Aggregated serving: prefill interleaved in 1,151-token chunks with decode, not modelled as such; "
+        "Aggregated serving: prefill interleaved with decode in chunks of the run's max_num_tokens, not modelled "
+        "as such; "
         "imbalance without EPLB scaled from EP32 to EP8.")),
     "trtllm-h200-r1-fp8-min-latency-batch1": _tb(2.7, 3.28, (
         "One request: the step is set by per-kernel latency floors (thousands of small kernels, three "
