@@ -18,10 +18,9 @@ import math
 import sys
 from pathlib import Path
 
-from pdcalc import checks
-# the numeric flags' bounds, the same as the chapters' parameters'
-from pdcalc.checks import BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S
-from pdcalc.errors import PdcalcError
+from pdcalc.core import checks
+from pdcalc.core.checks import BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S
+from pdcalc.core.errors import PdcalcError
 
 #: KV cache layouts and formats the commands accept (pdcalc.kv_cache checks the pair for each model).
 ENGINE_CHOICES = ("reference", "vllm", "vllm-ascend")
@@ -91,7 +90,7 @@ def _print_json(out, **kw) -> int:
 
 
 def cmd_params(args) -> int:
-    from pdcalc.inventory import get_inventory
+    from pdcalc.model.inventory import get_inventory
 
     inv = get_inventory(args.model)
     c = inv.counts()
@@ -118,7 +117,8 @@ def cmd_params(args) -> int:
 
 
 def cmd_claims(args) -> int:
-    from pdcalc import claims
+    from pdcalc.audit import claims
+    from pdcalc.audit.registry import VERDICTS
 
     rows = claims.frame(args.article)
     if args.verdict:
@@ -137,7 +137,7 @@ def cmd_claims(args) -> int:
         print("no claims")
         return 0
     counts = rows["verdict"].value_counts()
-    print("  ".join(f"{v}: {counts.get(v, 0)}" for v in claims.VERDICTS))
+    print("  ".join(f"{v}: {counts.get(v, 0)}" for v in VERDICTS))
     for r in rows.itertuples():
         rec = "" if r.recomputed_value is None else f" -> {r.recomputed_value}"
         sev = f", {r.severity}" if r.severity else ""
@@ -146,14 +146,14 @@ def cmd_claims(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    from pdcalc.memory import budget, card_weights
-    from pdcalc.units import GB, GiB
+    from pdcalc.core.units import GB, GiB
+    from pdcalc.layout.memory import budget, card_weights
 
     w = card_weights(args.model, args.quant, ep=args.ep, tp=args.tp, mtp=args.mtp, redundant=args.redundant)
     buffers = {}
     if args.max_num_batched_tokens is not None:
-        from pdcalc.kv_cache import default_engine
-        from pdcalc.memory import load_buffers
+        from pdcalc.layout.memory import load_buffers
+        from pdcalc.model.kv_layout import default_engine
 
         buffers = load_buffers(args.model, default_engine(args.card), max_num_batched_tokens=args.max_num_batched_tokens)
     loaded = w.total_bytes + sum(buffers.values())
@@ -168,7 +168,8 @@ def cmd_memory(args) -> int:
         "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
     }
     if args.context is not None:
-        from pdcalc.kv_cache import default_engine, kv_bytes, sequences_that_fit
+        from pdcalc.model.kv_cache import kv_bytes, sequences_that_fit
+        from pdcalc.model.kv_layout import default_engine
 
         engine = args.engine or default_engine(args.card)
         r = kv_bytes(args.model, args.context, engine, include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)
@@ -202,7 +203,8 @@ def cmd_memory(args) -> int:
 
 
 def cmd_kv(args) -> int:
-    from pdcalc.kv_cache import default_engine, kv_bytes
+    from pdcalc.model.kv_cache import kv_bytes
+    from pdcalc.model.kv_layout import default_engine
 
     engine = args.engine or (default_engine(args.card) if args.card else "vllm-ascend")
     r = kv_bytes(args.model, args.context, engine, include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)
@@ -226,18 +228,19 @@ def cmd_kv(args) -> int:
 
 
 def cmd_throughput(args) -> int:
-    from pdcalc import throughput as tput
-    from pdcalc.kv_cache import default_engine
-    from pdcalc.model import load_config
+    from pdcalc.model.config import load_config
+    from pdcalc.model.kv_layout import default_engine
+    from pdcalc.perf import step as tput
+    from pdcalc.perf.traffic import kv_step_kwargs
 
     if args.kernels_only and args.costs != "published":
-        from pdcalc.checks import InputError
+        from pdcalc.core.checks import InputError
 
         raise InputError("--kernels-only", "applies to --costs published only (the roofline has no profiled step)")
     v4 = load_config(args.model).model_type == "deepseek_v4"
-    kv = tput.kv_step_kwargs(args.model, args.engine or default_engine(args.card), args.kv_dtype)
+    kv = kv_step_kwargs(args.model, args.engine or default_engine(args.card), args.kv_dtype)
     if v4 and args.kv_dtype not in (None, "auto"):
-        from pdcalc.kv_cache import engine_layout
+        from pdcalc.model.kv_layout import engine_layout
 
         engine_layout(kv["engine"], args.model, kv_cache_dtype=args.kv_dtype)  # one line if not modelled
     out = {"model": args.model, "card": args.card, "quant": args.quant, "tp": args.tp, "dp": args.dp,
@@ -267,7 +270,7 @@ def cmd_throughput(args) -> int:
         what = "prompts" if phase == "prefill" else "sequences, one token each"
         print(f"  {phase:<8} step {r['step_s'] * 1e3:9.2f} ms  {r['tokens_per_s']:>12,.0f} tokens/s "
               f"({r['tokens_per_s_per_card']:,.0f} per card)  bound: {r['bound']}  [{what}]")
-    from pdcalc.units import GiB
+    from pdcalc.core.units import GiB
 
     stored = out["phases"]["decode"]["stored_bytes_per_card"] / GiB
     print(f"  weights + KV per card {stored:.2f} GiB: {'fits' if out['phases']['decode']['fits'] else 'does not fit'} "
@@ -276,7 +279,8 @@ def cmd_throughput(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from pdcalc.plan import Setup, Workload, plan
+    from pdcalc.plan.search import plan
+    from pdcalc.plan.workload import Setup, Workload
 
     def tps(values):
         return None if values is None else tuple(dict.fromkeys(values))
@@ -330,9 +334,10 @@ def cmd_plan(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from pdcalc.hardware import card_names, get_card
-    from pdcalc.inventory import MODEL_NAMES, get_inventory
-    from pdcalc.quant import SCHEMES
+    from pdcalc.hardware.cards import card_names, get_card
+    from pdcalc.model.config import MODEL_NAMES
+    from pdcalc.model.inventory import get_inventory
+    from pdcalc.model.quant import SCHEMES
 
     out = {
         "models": {m: get_inventory(m).source for m in MODEL_NAMES},
@@ -349,7 +354,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_rerun(args) -> int:
-    from pdcalc.rerun import ChapterFailed, ParameterError, chapter_parameters, parse_value, rerun
+    from pdcalc.book.rerun import ChapterFailed, ParameterError, chapter_parameters, parse_value, rerun
 
     declared = chapter_parameters(args.chapter)
     params: dict = {}
@@ -378,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_params)
 
-    from pdcalc.registry import SEVERITIES, VERDICTS
+    from pdcalc.audit.registry import SEVERITIES, VERDICTS
 
     sc = sub.add_parser("claims", help="the articles' numbers, recomputed, with verdicts")
     sc.add_argument("--article", choices=["v4", "v3"])
@@ -507,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if getattr(args, "quant", "") is None:
-            from pdcalc.quant import default_scheme, default_scheme_on
+            from pdcalc.model.quant import default_scheme, default_scheme_on
 
             card = getattr(args, "card", None)
             args.quant = default_scheme_on(args.model, card) if card is not None else default_scheme(args.model)

@@ -1,12 +1,11 @@
 import re
 
-from pdcalc.precision import too_precise
+from pdcalc.core.precision import too_precise
 
 
 def test_audit_leads_with_errata_anchors_rows_and_folds_matches():
-    from pdcalc import claims
-    from pdcalc.audit import per_card
-    from pdcalc.audit_page import audit
+    from pdcalc.audit import claims, per_card, registry
+    from pdcalc.book.audit_page import audit
 
     ids = claims.chapter_ids(per_card)
     h = audit(ids, page="per_card").data
@@ -17,14 +16,14 @@ def test_audit_leads_with_errata_anchors_rows_and_folds_matches():
     assert all(f'id="{claims.anchor(c)}"' in folded for c in f.loc[f.verdict == "match", "id"])
     assert "match</span>" not in head
     first_verdicts = re.findall(r'class="pdcalc-verdict"[^>]*>([^<]+)<', head)
-    worst = next(k for k in claims.SEVERITIES if (f.severity == k).any())
+    worst = next(k for k in registry.SEVERITIES if (f.severity == k).any())
     assert first_verdicts[0] == f"erratum · {worst}"  # the most severe first
     assert f"{len(f):,} printed numbers" in h and too_precise(h) == []
 
 
 def test_audit_points_to_the_page_that_first_judged_a_repeat():
-    from pdcalc import claims
-    from pdcalc.audit_page import audit
+    from pdcalc.audit import claims
+    from pdcalc.book.audit_page import audit
 
     ids = claims.chapter_ids(pd_split_module())
     homes = claims.homes()

@@ -3,10 +3,9 @@ import re
 
 import pytest
 
-from pdcalc import claims
-from pdcalc.audit import architecture, v3_deploy
-from pdcalc.kv_cache import mla_bytes_per_token
-from pdcalc.model import load_config
+from pdcalc.audit import architecture, claims, registry, v3_article, v3_kv, v3_memory, v3_tp
+from pdcalc.model.config import load_config
+from pdcalc.model.kv_cache import mla_bytes_per_token
 
 CFG = load_config("deepseek-v3")
 SECTIONS = ("1.2.2", "2.2.2", "2.2.3", "2.2.4", "2.2.7", "2.2.8", "2.2.9.3", "2.3.1", "2.3.2", "2.3.3")
@@ -30,20 +29,20 @@ def test_every_derived_claim_of_the_chapter_is_recomputed_here(v3):
     derived = {cid for cid, c in v3.items() if c.kind == "derived" and c.section in SECTIONS}
     others = set(architecture.CLAIM_IDS)
     # a derived number printed again is judged with its first occurrence (same_as), recomputed here
-    repeats = {cid for cid in derived if v3[cid].same_as and v3[cid].same_as in v3_deploy.CLAIM_IDS}
-    assert derived - others - repeats <= set(v3_deploy.CLAIM_IDS)
-    assert set(v3_deploy.CLAIM_IDS) <= set(v3)
-    assert not set(v3_deploy.CLAIM_IDS) & others
+    repeats = {cid for cid in derived if v3[cid].same_as and v3[cid].same_as in v3_article.CLAIM_IDS}
+    assert derived - others - repeats <= set(v3_article.CLAIM_IDS)
+    assert set(v3_article.CLAIM_IDS) <= set(v3)
+    assert not set(v3_article.CLAIM_IDS) & others
 
 
 def test_recomputations_are_finite_numbers(v3):
-    for cid in v3_deploy.CLAIM_IDS:
+    for cid in v3_article.CLAIM_IDS:
         r = v3[cid].recomputed
         assert isinstance(r, (int, float)) and math.isfinite(r), cid
 
 
 def test_errata_explanations_carry_numbers(v3):
-    for cid in v3_deploy.CLAIM_IDS:
+    for cid in v3_article.CLAIM_IDS:
         c = v3[cid]
         if c.verdict == "erratum":
             assert re.search(r"\d", c.explanation), cid
@@ -51,10 +50,10 @@ def test_errata_explanations_carry_numbers(v3):
 
 # ------------------------------------------------------------------ the article's formulas vs the official cache
 def test_article_kv_formulas_by_hand():
-    assert v3_deploy.article_trad_kv_bytes_per_token() == 2 * 7168 * 61 * 2 == 1_748_992
-    assert v3_deploy.article_mla_kv_bytes_per_token() == (512 + 64) * 61 * 2 == 70_272
-    assert v3_deploy.article_mla_kv_bytes_per_token() == mla_bytes_per_token("deepseek-v3")
-    assert v3_deploy.tokens_128k() == 128 * 1024
+    assert v3_kv.article_trad_kv_bytes_per_token() == 2 * 7168 * 61 * 2 == 1_748_992
+    assert v3_kv.article_mla_kv_bytes_per_token() == (512 + 64) * 61 * 2 == 70_272
+    assert v3_kv.article_mla_kv_bytes_per_token() == mla_bytes_per_token("deepseek-v3")
+    assert v3_kv.tokens_128k() == 128 * 1024
 
 
 def test_cited_128k_sizes_are_gib_and_the_mla_one_lacks_rope(v3):
@@ -112,15 +111,15 @@ def test_matched_token_count_share():
     # the same 163,840 tokens on both sides, with the article's own 83.4 GiB/s and 1.504e15 FLOP/s
     comm = 2 * 7 / 8 * 2_348_810_240 / (83.4 * 2**30)
     compute = 1.213e9 * 163_840 / 1.504e15
-    assert v3_deploy.matched_comm_share(8) == pytest.approx(comm / (comm + compute) * 100, rel=1e-12)
-    assert 25 < v3_deploy.matched_comm_share(8) < 27
+    assert v3_tp.matched_comm_share(8) == pytest.approx(comm / (comm + compute) * 100, rel=1e-12)
+    assert 25 < v3_tp.matched_comm_share(8) < 27
 
 
 def test_overhead_percentages_are_errata_that_say_why(v3):
     for cid in ("v3-2.2.2-tp8-overhead-pct", "v3-2.2.2-tp16-overhead-pct"):
         c = v3[cid]
         assert c.verdict == "erratum"
-        assert f"{v3_deploy.matched_comm_share(8):.1f}%" in c.explanation
+        assert f"{v3_tp.matched_comm_share(8):.1f}%" in c.explanation
     assert v3["v3-2.2.2-tp8-overhead-pct"].recomputed == pytest.approx(45.9 / (45.9 + 0.0645) * 100)
 
 
@@ -193,14 +192,14 @@ def test_expert_tiers_hold_one_layer(v3):
 
 def test_per_card_totals(v3):
     # the printed sum holds (§2.3.3: 5.77 + 0.16 + 1.14 + 1.86 + 5.59 = 14.52 GiB) ...
-    assert v3_deploy.per_card_total() == pytest.approx(5.77 + 0.16 + 1.14 + 1.86 + 5.59)
-    assert v3_deploy.per_card_total() == pytest.approx(claims.printed_value("v3-2.3.3-per-card-total"))
+    assert v3_memory.per_card_total() == pytest.approx(5.77 + 0.16 + 1.14 + 1.86 + 5.59)
+    assert v3_memory.per_card_total() == pytest.approx(registry.printed_value("v3-2.3.3-per-card-total"))
     # ... but the plan leaves out the experts: both printings are judged against the plan with every expert
     # (the article's own full weights over TP=8, §2.3.1: 1,270.7 GiB / 8)
     for cid in ("v3-2.3.3-per-card-total", "v3-2.3.3-per-card-total-alt"):
         c = v3[cid]
-        assert c.recomputed == pytest.approx(v3_deploy.per_card_all_weights_gib(), rel=1e-12)
-        assert c.recomputed > 1270.7 / 8 > claims.printed_value("v3-2.3.3-hbm-per-card")
+        assert c.recomputed == pytest.approx(v3_memory.per_card_all_weights_gib(), rel=1e-12)
+        assert c.recomputed > 1270.7 / 8 > registry.printed_value("v3-2.3.3-hbm-per-card")
         assert c.verdict == "erratum" and c.severity == "major"
         assert f"{1270.7 / 8:.1f} GiB per card" in c.explanation
     assert "more than the sum above it" in v3["v3-2.3.3-per-card-total-alt"].explanation
@@ -211,19 +210,19 @@ def test_per_card_totals(v3):
 def test_optimised_kv_cannot_be_below_the_tokens_it_holds(v3):
     """§2.3.2/§2.3.3: 11.44 GiB x (1 - 0.2) = 9.15 GiB holds as arithmetic, but 80 sequences of 2,048 tokens
     of 70,272 B need 80 x 2,048 x 70,272 B whatever the paging."""
-    from pdcalc.kv_cache import kv_bytes
-    from pdcalc.units import GiB
+    from pdcalc.core.units import GiB
+    from pdcalc.model.kv_cache import kv_bytes
 
     floor = 80 * kv_bytes("deepseek-v3", 2048, "vllm-ascend", include_mtp=False).total_bytes / GiB
     assert floor == pytest.approx(80 * 2048 * 70_272 / 2**30, rel=1e-12)
-    assert v3_deploy.kv_floor_gib() == pytest.approx(floor, rel=1e-12)
+    assert v3_memory.kv_floor_gib() == pytest.approx(floor, rel=1e-12)
     for cid in ("v3-2.3.2-kv-optimised", "v3-2.3.3-kv-optimised"):
         c = v3[cid]
         assert c.recomputed == pytest.approx(floor, rel=1e-12)
         assert c.value < c.recomputed and c.verdict == "erratum" and c.severity
         assert f"{floor:.2f} GiB" in c.explanation
     # the multiplication the article prints does hold
-    assert 11.44 * (1 - 0.2) == pytest.approx(claims.printed_value("v3-2.3.2-kv-optimised"), abs=0.005)
+    assert 11.44 * (1 - 0.2) == pytest.approx(registry.printed_value("v3-2.3.2-kv-optimised"), abs=0.005)
 
 
 @pytest.mark.parametrize("ids", [

@@ -2,11 +2,10 @@
 
 import pytest
 
-from pdcalc import claims
-from pdcalc.audit import budgets, mooncake, pd_split
-from pdcalc.claims import judge, printed_value
-from pdcalc.kv_cache import article_kv_bytes
-from pdcalc.units import GB
+from pdcalc.audit import budgets, claims, mooncake, pd_split
+from pdcalc.audit.registry import judge, printed_value
+from pdcalc.core.units import GB
+from pdcalc.model.kv_cache import article_kv_bytes
 
 
 def test_no_v4_claim_pending_and_no_problems():
@@ -54,7 +53,7 @@ KV_44 = ("v4-1.2-kv-per-token", "v4-6.1-kv-conservative", "v4-6.2-kv-per-token",
 
 
 def test_44_kb_per_token_is_one_erratum_wherever_printed():
-    from pdcalc.kv_cache import kv_bytes
+    from pdcalc.model.kv_cache import kv_bytes
 
     slope = kv_bytes("deepseek-v4-flash", 1, "vllm-ascend").per_token_bytes_asymptotic
     cs = [claims.get_claim(i) for i in KV_44]
@@ -68,7 +67,7 @@ def test_44_kb_per_token_is_one_erratum_wherever_printed():
 
 @pytest.mark.parametrize("where,tokens", list(budgets.article_contexts().items()))
 def test_44_kb_explanation_gives_the_average_at_each_context_the_article_uses(where, tokens):
-    from pdcalc.kv_cache import kv_bytes
+    from pdcalc.model.kv_cache import kv_bytes
 
     avg = kv_bytes("deepseek-v4-flash", tokens, "vllm-ascend").per_token_bytes_average / 1000
     text = claims.get_claim("v4-6.1-kv-conservative").explanation
@@ -80,7 +79,7 @@ def test_44_kb_explanation_gives_the_average_at_each_context_the_article_uses(wh
 def test_44_kb_is_the_uncompressed_bound():
     """43 layers x 1,024 B (one raw BF16 entry of 512 values) = 44.0 KB: the article's estimate is what a cache
     without the compression would store."""
-    from pdcalc.model import load_config
+    from pdcalc.model.config import load_config
 
     c = load_config("deepseek-v4-flash")
     assert c.num_hidden_layers * c.head_dim * 2 / 1000 == pytest.approx(printed_value("v4-6.1-kv-conservative"),

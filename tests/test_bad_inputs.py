@@ -10,7 +10,6 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
 from cli_harness import assert_clean, assert_refused, run_cli
 
 V4, V3 = "deepseek-v4-flash", "deepseek-v3"

@@ -79,7 +79,7 @@ def test_toc_has_the_parts_in_order(toc):
 
 
 def test_every_book_page_is_in_a_part(toc):
-    from pdcalc.rerun import toc_entries
+    from pdcalc.book.rerun import toc_entries
 
     in_parts = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     sources = sorted(str(p.relative_to(REPO).with_suffix("")) for p in BOOK.glob("*") if p.suffix in (".md", ".ipynb"))
@@ -89,7 +89,7 @@ def test_every_book_page_is_in_a_part(toc):
 
 
 def test_rerun_lists_the_notebooks_of_every_part():
-    from pdcalc.rerun import chapters
+    from pdcalc.book.rerun import chapters
 
     names = set(chapters())
     assert {Path(f).name for files in PARTS.values() for f in files if (REPO / (f + ".ipynb")).exists()} <= names
@@ -218,7 +218,7 @@ def test_hardware_page_hides_its_code_and_is_committed_with_outputs():
     assert code and all("remove-input" in c["metadata"].get("tags", []) for c in code)
     assert all(c["outputs"] for c in code[1:]), "execute it with tools/refresh_notebooks.py and commit the outputs"
     tables = "".join("".join(o.get("data", {}).get("text/html", "")) for c in code for o in c["outputs"])
-    from pdcalc.hardware import card_names
+    from pdcalc.hardware.cards import card_names
 
     for name in card_names():
         assert f">{name}<" in tables, f"card preset {name} missing from the hardware page"

@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdcalc import charts
-from pdcalc import validation as V
-from pdcalc.hardware import get_card
-from pdcalc.inventory import get_inventory
-from pdcalc.report import CLASS_I
+from pdcalc.book import charts
+from pdcalc.book.report import CLASS_I
+from pdcalc.hardware.cards import get_card
+from pdcalc.model.inventory import get_inventory
+from pdcalc.reality import bands as V
 
 PRESETS = ["deepseek-v3", "deepseek-v3-article", "deepseek-v4-flash", "deepseek-v4-flash-article"]
 
@@ -140,7 +140,8 @@ CHARTS = {
 
 
 def _small_frontier() -> pd.DataFrame:
-    from pdcalc.plan import Setup, Workload, frontier
+    from pdcalc.plan.frontier_search import frontier
+    from pdcalc.plan.workload import Setup, Workload
 
     return frontier(Setup(cards=32), Workload(prompt_tokens=2048, output_tokens=512, concurrency=256))
 

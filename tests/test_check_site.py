@@ -116,7 +116,7 @@ def _frame_html(rows: int, columns: int, **options) -> str:
 @pytest.fixture(scope="module")
 def layout_site(tmp_path_factory) -> dict[str, Path]:
     """Book-like pages for the page rules: ``good`` keeps every rule, ``bad`` one page per breach."""
-    from pdcalc import display
+    from pdcalc.book import display
 
     prose = "\n".join([PROSE] * 40)  # several thousand px of text
     long_prose = "\n".join([PROSE] * 120)

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from pdcalc import claims
-from pdcalc.claims import judge
+from pdcalc.audit import claims, registry
+from pdcalc.audit.registry import judge
 
 
 @pytest.mark.parametrize("printed,value,recomputed,verdict", [
@@ -62,12 +62,12 @@ def test_every_claim_has_required_fields_and_unique_id():
     assert len(ids) == len(set(ids))
     for c in cs:
         assert c.section and c.quantity and c.printed and c.unit and c.kind in ("input", "derived"), c.id
-        assert c.verdict in claims.VERDICTS
+        assert c.verdict in registry.VERDICTS
         if c.kind == "derived":
             assert c.formula, f"{c.id}: derived claim without the article's formula"
 
 
-@pytest.mark.parametrize("article", list(claims.ARTICLES))
+@pytest.mark.parametrize("article", list(registry.ARTICLES))
 def test_both_articles_extracted(article):
     assert len(claims.claims(article)) > 50
 
@@ -112,9 +112,9 @@ def test_cli_claims_severity_filter():
 def test_every_number_is_in_a_chapter(article):
     """Each claim is recomputed by a chapter's audit module, or is an input of a section a chapter covers."""
     from pdcalc import audit
-    from pdcalc.audit import architecture, budgets, mooncake, pd_split, per_card, v3_deploy
+    from pdcalc.audit import architecture, budgets, mooncake, pd_split, per_card, v3_article
 
-    mods = (architecture, budgets, mooncake, pd_split, per_card, v3_deploy)
+    mods = (architecture, budgets, mooncake, pd_split, per_card, v3_article)
     audited = {i for m in mods for i in claims.chapter_ids(m)}
     covered = [(a, s) for m in mods for a, secs in m.SECTIONS.items() for s in secs]
     assert len(covered) == len(set(covered)), "a section is claimed by two chapters"
@@ -172,7 +172,7 @@ def test_repeats_take_their_quantitys_verdict(first, repeat, verdict):
 def test_a_quantity_with_two_verdicts_is_a_defect():
     from dataclasses import replace
 
-    from pdcalc.registry import defects
+    from pdcalc.audit.registry import defects
 
     cs = claims.claims("v3")
     assert defects(cs) == []
@@ -190,7 +190,7 @@ def test_a_quantity_with_two_verdicts_is_a_defect():
 def test_a_bad_same_as_is_a_defect(same_as, message):
     from dataclasses import replace
 
-    from pdcalc.registry import defects
+    from pdcalc.audit.registry import defects
 
     cs = claims.claims("v3")
     i = next(k for k, c in enumerate(cs) if c.id == "v3-2.2.2-hbm-per-card")
@@ -213,7 +213,7 @@ def test_every_erratum_has_a_severity_on_the_scale():
     errata = [c for c in claims.claims() if c.verdict == "erratum"]
     assert errata
     for c in errata:
-        assert c.severity in claims.SEVERITIES, c.id
+        assert c.severity in registry.SEVERITIES, c.id
         assert c.severity_reason, c.id
     for c in claims.claims():
         if c.verdict != "erratum":
@@ -228,7 +228,7 @@ def test_every_erratum_has_a_severity_on_the_scale():
 def test_an_erratum_without_a_valid_severity_is_a_defect(severity, reason, message):
     from dataclasses import replace
 
-    from pdcalc.registry import defects
+    from pdcalc.audit.registry import defects
 
     cs = claims.claims("v4")
     i = next(k for k, c in enumerate(cs) if c.id == "v4-6.3-a-kv")
@@ -240,7 +240,7 @@ def test_an_erratum_without_a_valid_severity_is_a_defect(severity, reason, messa
 def test_a_severity_on_a_number_that_is_not_an_erratum_is_a_defect():
     from dataclasses import replace
 
-    from pdcalc.registry import defects
+    from pdcalc.audit.registry import defects
 
     cs = claims.claims("v4")
     i = next(k for k, c in enumerate(cs) if c.verdict == "match" and not c.same_as)
@@ -252,15 +252,15 @@ def test_frame_carries_severity_only_for_errata():
     df = claims.frame()
     assert {"severity", "severity_reason", "same_as"} <= set(df.columns)
     errata = df[df.verdict == "erratum"]
-    assert errata.severity.isin(list(claims.SEVERITIES)).all() and (errata.severity_reason != "").all()
+    assert errata.severity.isin(list(registry.SEVERITIES)).all() and (errata.severity_reason != "").all()
     assert (df[df.verdict != "erratum"].severity == "").all()
 
 
 # ---- the chapter view -----------------------------------------------------------------------------------
 def test_audit_table_leads_with_the_errata_by_severity():
     t = claims.audit_table(article="v4", sections=("6",))
-    rank = {v: i for i, v in enumerate(claims.VERDICT_ORDER)}
-    sev = {s: i for i, s in enumerate(claims.SEVERITIES)}
+    rank = {v: i for i, v in enumerate(registry.VERDICT_ORDER)}
+    sev = {s: i for i, s in enumerate(registry.SEVERITIES)}
     keys = [(rank[v], sev[s] if v == "erratum" else 0) for v, s in zip(t.verdict, t.severity)]
     assert keys == sorted(keys)
     assert t.verdict.iloc[0] == "erratum" and t.severity.iloc[0] == "major"

@@ -3,7 +3,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_reference import REFERENCE_TOTALS
 
 
@@ -61,7 +60,7 @@ def test_claims_article_filter():
 
 
 def test_claims_text_shows_the_severity_of_errata():
-    from pdcalc import claims
+    from pdcalc.audit import claims
 
     out = run("claims", "--article", "v3", "--verdict", "erratum", "--severity", "major")
     assert out.returncode == 0, out.stderr
@@ -122,7 +121,7 @@ def test_kv_errors(args, message):
 
 
 def test_throughput_json_matches_the_step_model():
-    from pdcalc import throughput as tput
+    from pdcalc.perf import step as tput
 
     out = run("throughput", "deepseek-v3", "--card", "ascend-910b2", "--tp", "8", "--dp", "4", "--ep", "32",
               "--context", "2048", "--concurrency", "80", "--json")
@@ -156,8 +155,9 @@ PLAN_KEYS = {"model", "card", "cards", "costs", "splits", "evaluated", "feasible
 
 
 def test_plan_json_reports_both_modes_the_winner_the_targets_and_the_frontier():
-    from pdcalc.plan import FRONTIER_COLUMNS, Setup, Workload, plan
-    from pdcalc.recommend import default_targets
+    from pdcalc.plan.frontier_search import FRONTIER_COLUMNS
+    from pdcalc.plan.search import plan
+    from pdcalc.plan.workload import Setup, Workload, default_targets
 
     args = ("plan", "--card", "ascend-910b2", "--cards", "64", "--prompt", "24576", "--output", "8192",
             "--concurrency", "960", "--frontier-points", "6", "--json")
@@ -201,7 +201,8 @@ def test_plan_per_role_tp_flags_and_targets_given():
 
 
 def test_plan_costs_flag_times_the_steps_from_published_costs():
-    from pdcalc.plan import Setup, Workload, plan
+    from pdcalc.plan.search import plan
+    from pdcalc.plan.workload import Setup, Workload
 
     args = ("plan", "--model", "deepseek-v3", "--card", "h800", "--cards", "32", "--prompt", "4096", "--output", "1024",
             "--concurrency", "256", "--frontier-points", "0", "--top", "1", "--json")
@@ -231,7 +232,7 @@ def test_throughput_and_plan_errors_are_one_line(args, message):
 
 
 def test_kv_dtype_and_the_engine_of_the_cards_family():
-    from pdcalc.kv_cache import kv_bytes, sequences_that_fit
+    from pdcalc.model.kv_cache import kv_bytes, sequences_that_fit
 
     bf16 = json.loads(run("kv", "deepseek-v3", "--context", "4096", "--card", "h800", "--json").stdout)
     fp8 = json.loads(run("kv", "deepseek-v3", "--context", "4096", "--card", "h800", "--kv-dtype", "fp8",
@@ -258,7 +259,7 @@ def test_kv_flag_errors_are_one_line(args, message):
 
 
 def test_throughput_costs_engine_and_kv_dtype_flags():
-    from pdcalc import throughput as tput
+    from pdcalc.perf import step as tput
 
     base = ("throughput", "deepseek-v3", "--card", "h800", "--tp", "1", "--dp", "8", "--ep", "8", "--context", "4096",
             "--concurrency", "128", "--quant", "fp8", "--json")

@@ -8,10 +8,10 @@ from importlib import resources
 
 import pytest
 
-from pdcalc.errors import ConfigError, PdcalcError, UnknownNameError
-from pdcalc.hardware import get_card
-from pdcalc.inventory import MAX_PARAMS, build_inventory, get_inventory
-from pdcalc.model import LIMITS, MAX_COMPRESS_ENTRIES, MODEL_NAMES, load_config, load_config_file
+from pdcalc.core.errors import ConfigError, PdcalcError, UnknownNameError
+from pdcalc.hardware.cards import get_card
+from pdcalc.model.config import LIMITS, MAX_COMPRESS_ENTRIES, MODEL_NAMES, load_config, load_config_file
+from pdcalc.model.inventory import MAX_PARAMS, build_inventory, get_inventory
 
 MODELS = resources.files("pdcalc").joinpath("data", "models")
 

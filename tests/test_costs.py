@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pdcalc import costs as C
-from pdcalc.errors import ConfigError, UnknownNameError
-from pdcalc.hardware import card_names, get_card
-from pdcalc.measurements import number_in_text
-from pdcalc.units import GB, KiB, MiB
+from pdcalc.core.errors import ConfigError, UnknownNameError
+from pdcalc.core.quotes import number_in_text
+from pdcalc.core.units import GB, KiB, MiB
+from pdcalc.hardware.cards import card_names, get_card
+from pdcalc.perf import costs as C
 
-DATA = Path(C.__file__).parent / "data" / "costs.toml"
+DATA = Path(C.__file__).parents[1] / "data" / "costs.toml"
 RAW = tomllib.loads(DATA.read_text(encoding="utf-8"))
 POINTS = C.load().points
 

@@ -4,8 +4,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from pdcalc.display import SCROLL_CLASS, format_column, slug, table, table_html
-from pdcalc.precision import too_precise
+from pdcalc.book.display import SCROLL_CLASS, slug, table, table_html
+from pdcalc.core.precision import too_precise
 
 
 def _cells(h: str) -> list[str]:

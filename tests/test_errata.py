@@ -1,7 +1,8 @@
 import pytest
 
-from pdcalc import claims, validation
-from pdcalc.errata import ERRATA, errata_table
+from pdcalc.audit import claims, registry, vs_measurements
+from pdcalc.audit.errata import ERRATA, errata_table
+from pdcalc.reality import validation
 
 
 def test_errata_table_is_complete_and_from_the_registry():
@@ -20,7 +21,7 @@ def test_errata_table_is_complete_and_from_the_registry():
 def test_errata_ranking_follows_severity():
     """The most consequential mistakes are major, and the ranking never puts a lesser severity above a
     greater one."""
-    scale = list(claims.SEVERITIES)
+    scale = list(registry.SEVERITIES)
     ranks = [scale.index(claims.get_claim(e.claim_id).severity) for e in ERRATA]
     assert ranks == sorted(ranks)
     assert ranks[0] == scale.index("major")
@@ -39,12 +40,12 @@ def test_no_ranked_mistake_twice():
 
 def test_articles_vs_measurements_ratios():
     df = validation.table()
-    a = validation.articles_vs_measurements(df)
+    a = vs_measurements.articles_vs_measurements(df)
     for _, row in a.iterrows():
         assert row["article / measured"] == pytest.approx(row["article (GB)"] / row["measured (GB)"], rel=1e-12)
         assert row["pdcalc / measured"] == pytest.approx(row["pdcalc (GB)"] / row["measured (GB)"], rel=1e-12)
     v4 = a.iloc[0]
-    assert v4["article (GB)"] == claims.printed_value("v4-6.2-p-weight-card")
+    assert v4["article (GB)"] == registry.printed_value("v4-6.2-p-weight-card")
 
 
 def test_error_summary_covers_every_group():

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pdcalc import claims, findings
+from pdcalc.audit import claims, findings
+from pdcalc.book import findings as findings_
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 
@@ -46,7 +47,7 @@ def test_the_landing_page_leads_with_the_findings():
 
 
 def test_answer_links_to_what_to_run():
-    from pdcalc.recommend import article_cases
+    from pdcalc.audit.answers import article_cases
 
-    h = findings.answer_html(article_cases()["v4"])
+    h = findings_.answer_html(article_cases()["v4"])
     assert h.startswith("<p><b>What to run instead.</b> Run ") and 'href="what_to_run.html"' in h

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from pdcalc.errors import ConfigError, LayoutError
-from pdcalc.flops import hybrid_attention_flops, prefill_flops, sum_capped_floor
-from pdcalc.inventory import get_inventory
-from pdcalc.model import load_config
+from pdcalc.core.errors import ConfigError, LayoutError
+from pdcalc.model.config import load_config
+from pdcalc.model.inventory import get_inventory
+from pdcalc.perf.flops import hybrid_attention_flops, prefill_flops, sum_capped_floor
 
 V4 = "deepseek-v4-flash"
 
@@ -100,8 +100,8 @@ def test_hybrid_attention_errors():
 
 
 def test_prefill_compute_seconds_splits_matmul_and_attention_peaks():
-    from pdcalc.flops import prefill_compute_seconds
-    from pdcalc.hardware import get_card
+    from pdcalc.hardware.cards import get_card
+    from pdcalc.perf.flops import prefill_compute_seconds
 
     f, dev = prefill_flops(V4, 8000), get_card("ascend-910b2")
     t = prefill_compute_seconds(V4, "ascend-910b2", 8000, mfu=0.3)

@@ -1,8 +1,8 @@
 import pytest
 
-from pdcalc.errors import ConfigError, UnknownNameError
-from pdcalc.hardware import FAMILIES, card_names, get_card
-from pdcalc.units import GiB, MiB
+from pdcalc.core.errors import ConfigError, UnknownNameError
+from pdcalc.core.units import GiB, MiB
+from pdcalc.hardware.cards import FAMILIES, card_names, get_card
 
 ASCEND = [n for n in card_names() if get_card(n).family == "ascend"]
 CARD = ("family = 'nvidia'\nhbm_bytes = 1e11\nhbm_bandwidth_bytes_per_s = 2e12\nflops_per_s = {bf16 = 1e15}\n"

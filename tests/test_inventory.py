@@ -1,8 +1,8 @@
 import pytest
 
-from pdcalc.errors import UnknownNameError
-from pdcalc.inventory import CATEGORIES, MODEL_NAMES, get_inventory
-from pdcalc.model import load_config
+from pdcalc.core.errors import UnknownNameError
+from pdcalc.model.config import MODEL_NAMES, load_config
+from pdcalc.model.inventory import CATEGORIES, get_inventory
 
 OFFICIAL = ["deepseek-v3", "deepseek-v4-flash"]
 

@@ -3,22 +3,18 @@ import math
 import numpy as np
 import pytest
 
-from pdcalc.errors import ConfigError, LayoutError, PdcalcError, UnknownNameError
-from pdcalc.hardware import card_names, get_card
-from pdcalc.kv_cache import (
+from pdcalc.core.errors import ConfigError, LayoutError, PdcalcError, UnknownNameError
+from pdcalc.hardware.cards import card_names, get_card
+from pdcalc.model.config import load_config
+from pdcalc.model.kv_cache import (
     ARTICLE_PER_TOKEN_KB,
-    ASCEND_DSV4_BLOCK_SIZES,
     ASSUMPTIONS,
-    ENGINE_BY_FAMILY,
-    ENGINES,
     article_kv_bytes,
-    default_engine,
-    engine_layout,
     kv_bytes,
     mla_bytes_per_token,
     sequences_that_fit,
 )
-from pdcalc.model import load_config
+from pdcalc.model.kv_layout import ASCEND_DSV4_BLOCK_SIZES, ENGINE_BY_FAMILY, ENGINES, default_engine, engine_layout
 
 V4 = "deepseek-v4-flash"
 V3 = "deepseek-v3"
@@ -277,7 +273,7 @@ def test_v4_cache_format_is_fixed_per_engine():
 
 def test_a_negative_budget_holds_nothing_and_a_non_finite_one_is_refused():
     # weights that do not fit leave a negative budget: a result (no sequence, no context), not an error
-    from pdcalc.kv_cache import max_context
+    from pdcalc.model.kv_cache import max_context
 
     assert sequences_that_fit(-1.0, 4096, V4) == 0
     assert sequences_that_fit(np.array([-5e9, 37e9]), 4096, V4).tolist()[0] == 0
@@ -293,7 +289,7 @@ def test_max_context_without_a_declared_limit(tmp_path):
     import json
     from importlib import resources
 
-    from pdcalc.kv_cache import CONTEXT_LIMIT_TOKENS, max_context
+    from pdcalc.model.kv_cache import CONTEXT_LIMIT_TOKENS, max_context
 
     cfg = json.loads(resources.files("pdcalc").joinpath("data", "models", "deepseek_v4_flash_config.json").read_text())
     del cfg["max_position_embeddings"]
@@ -304,7 +300,7 @@ def test_max_context_without_a_declared_limit(tmp_path):
 
 
 def test_max_context_is_the_last_context_that_fits():
-    from pdcalc.kv_cache import max_context
+    from pdcalc.model.kv_cache import max_context
 
     budget, n = 37e9, 30
     lstar = max_context(budget, n, "deepseek-v4-flash")

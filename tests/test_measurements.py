@@ -4,10 +4,10 @@ from decimal import Decimal
 import pandas as pd
 import pytest
 
-from pdcalc import measurements as M
-from pdcalc.errors import ConfigError, UnknownNameError
-from pdcalc.hardware import card_names
-from pdcalc.units import GB, GiB
+from pdcalc.core.errors import ConfigError, UnknownNameError
+from pdcalc.core.units import GB, GiB
+from pdcalc.hardware.cards import card_names
+from pdcalc.reality import measurements as M
 
 ENTRIES = M.load()
 

@@ -1,11 +1,10 @@
 import json
+from importlib import resources
 
 import pytest
 
-from pdcalc.errors import ConfigError, UnknownNameError
-from pdcalc.model import CONFIG_PRESETS, load_config
-
-from importlib import resources
+from pdcalc.core.errors import ConfigError, UnknownNameError
+from pdcalc.model.config import CONFIG_PRESETS, load_config
 
 REF = str(resources.files("pdcalc").joinpath("data", "models"))
 

@@ -11,11 +11,14 @@ import json
 
 import numpy as np
 import pytest
-
 from cli_harness import assert_clean, run_cli
-from pdcalc import kv_cache
-from pdcalc import throughput as tput
-from pdcalc.model import REQUIRED, _data_path, load_config
+
+from pdcalc.model import kv_cache as kv_cache_
+from pdcalc.model import kv_layout as kv_cache
+from pdcalc.model.config import REQUIRED, _data_path, load_config
+from pdcalc.perf import flops as flops_mod
+from pdcalc.perf import kernels, traffic
+from pdcalc.perf import step as tput
 
 PRESETS = ("deepseek-v2", "deepseek-v2-lite", "deepseek-v3.2-exp", "kimi-k2")
 V32 = "deepseek-v3.2-exp"
@@ -67,19 +70,19 @@ def test_v32_kv_per_token_per_engine(engine):
     latent, index = V32_PER_LAYER[engine]
     assert (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2 == latent
     assert kv_cache.indexer_entry_bytes(cfg, engine) == index
-    r = kv_cache.kv_bytes(cfg, 1 << 16, engine, include_mtp=False)
+    r = kv_cache_.kv_bytes(cfg, 1 << 16, engine, include_mtp=False)
     assert r.fixed_bytes == 0
     assert r.per_token_bytes_asymptotic == cfg.num_hidden_layers * (latent + index)
     assert r.by_cache["indexer"] == pytest.approx(cfg.num_hidden_layers * index * (1 << 16))
 
 
 def test_v32_fp8_on_vllm_is_the_656_byte_row():
-    r = kv_cache.kv_bytes(V32, 4096, "vllm", include_mtp=False, kv_cache_dtype="fp8")
+    r = kv_cache_.kv_bytes(V32, 4096, "vllm", include_mtp=False, kv_cache_dtype="fp8")
     assert r.per_token_bytes_asymptotic == load_config(V32).num_hidden_layers * (656 + 132)
 
 
 def test_indexer_bytes_refuse_a_model_without_an_indexer():
-    from pdcalc.errors import ConfigError
+    from pdcalc.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="has no lightning indexer"):
         kv_cache.indexer_entry_bytes("deepseek-v3")
@@ -92,10 +95,10 @@ def test_v32_decode_attention_is_the_indexer_over_the_context_and_mla_over_the_s
     per_key = 2 * cfg.num_attention_heads * (2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim)
     per_index_key = 2 * cfg.index_n_heads * cfg.index_head_dim
     want = cfg.num_hidden_layers * (per_key * np.minimum(L, cfg.index_topk) + per_index_key * L)
-    assert tput.attention_flops_per_token(V32, L, phase="decode") == pytest.approx(want, rel=1e-12)
+    assert flops_mod.attention_flops_per_token(V32, L, phase="decode") == pytest.approx(want, rel=1e-12)
     # up to index_topk tokens every key is selected: V3's MLA plus the indexer
-    v3 = tput.attention_flops_per_token("deepseek-v3", 1000, phase="decode")
-    assert tput.attention_flops_per_token(V32, 1000, phase="decode") == pytest.approx(
+    v3 = flops_mod.attention_flops_per_token("deepseek-v3", 1000, phase="decode")
+    assert flops_mod.attention_flops_per_token(V32, 1000, phase="decode") == pytest.approx(
         v3 + cfg.num_hidden_layers * per_index_key * 1000, rel=1e-12)
 
 
@@ -108,15 +111,15 @@ def test_v32_prefill_attention_is_the_mean_over_the_prompt(n):
     i = np.arange(1, n + 1)
     per_query = np.minimum(a * i, b * np.minimum(i, K)) + 2 * cfg.index_n_heads * cfg.index_head_dim * i
     want = cfg.num_hidden_layers * per_query.mean()
-    assert tput.attention_flops_per_token(V32, n, phase="prefill") == pytest.approx(want, rel=1e-12)
+    assert flops_mod.attention_flops_per_token(V32, n, phase="prefill") == pytest.approx(want, rel=1e-12)
 
 
 def test_v32_decode_reads_the_selected_latents_and_every_index_key():
     cfg = load_config(V32)
     n = 50_000
-    read = tput.kv_read_bytes_per_sequence(V32, n, phase="decode")
+    read = traffic.kv_read_bytes_per_sequence(V32, n, phase="decode")
     assert read == cfg.num_hidden_layers * (cfg.index_topk * 1152 + n * 132)
-    assert tput.kv_stored_bytes_per_sequence(V32, n) == cfg.num_hidden_layers * n * (1152 + 132)
+    assert traffic.kv_stored_bytes_per_sequence(V32, n) == cfg.num_hidden_layers * n * (1152 + 132)
 
 
 def test_v32_decode_is_cheaper_than_v3_at_long_context_and_costlier_at_short():
@@ -127,9 +130,9 @@ def test_v32_decode_is_cheaper_than_v3_at_long_context_and_costlier_at_short():
 
 
 def test_family_table_has_every_preset_with_its_counts_and_caches():
-    from pdcalc import report
-    from pdcalc.inventory import get_inventory
-    from pdcalc.model import CONFIG_PRESETS
+    from pdcalc.book import report
+    from pdcalc.model.config import CONFIG_PRESETS
+    from pdcalc.model.inventory import get_inventory
 
     t = report.family_table(context=32768)
     assert list(t.index) == list(CONFIG_PRESETS)
@@ -178,8 +181,8 @@ def test_inference_config_errors_name_the_files_own_field(tmp_path, body, field,
 def test_inference_config_fields_left_out_take_the_reference_defaults():
     """ModelArgs fills what a config leaves out: config_236B.json without n_shared_experts and n_dense_layers
     still counts as the reference does (its defaults, 2 and 1, are DeepSeek-V2's values)."""
-    from pdcalc.inventory import get_inventory
-    from pdcalc.model import INFERENCE_DEFAULTS, config_from_dict
+    from pdcalc.model.config import INFERENCE_DEFAULTS, config_from_dict
+    from pdcalc.model.inventory import get_inventory
 
     data = json.loads(_data_path("models", "deepseek_v2_inference_config_236B.json").read_text())
     assert (data["n_shared_experts"], data["n_dense_layers"]) == (INFERENCE_DEFAULTS["n_shared_experts"],
@@ -192,8 +195,8 @@ def test_inference_config_fields_left_out_take_the_reference_defaults():
 def test_a_v32_config_with_a_zero_query_rank_is_refused():
     data = json.loads(_data_path("models", "deepseek_v32_exp_config.json").read_text())
     data["q_lora_rank"] = 0
-    from pdcalc.errors import ConfigError
-    from pdcalc.model import config_from_dict
+    from pdcalc.core.errors import ConfigError
+    from pdcalc.model.config import config_from_dict
 
     with pytest.raises(ConfigError, match="'q_lora_rank': must be an integer in 1"):
         config_from_dict(data, name="x", source="x")
@@ -201,22 +204,22 @@ def test_a_v32_config_with_a_zero_query_rank_is_refused():
 
 def test_the_v32_indexer_is_whole_on_every_tp_card():
     """Plain Linear layers in the reference Indexer (no TP split): at TP8 every card holds and computes it all."""
-    from pdcalc.memory import card_weights
-    from pdcalc.quant import weight_bytes
+    from pdcalc.layout.memory import card_weights
+    from pdcalc.model.quant import weight_bytes
 
     whole = weight_bytes(V32, "fp8", category="indexer")
     assert card_weights(V32, "fp8", ep=8, tp=8).by_category["indexer"] == pytest.approx(whole)
-    idx = tput.indexer_flops_per_token(V32, 32_000, phase="decode")
-    attn = tput.attention_flops_per_token(V32, 32_000, phase="decode")
-    assert tput.attention_flops_per_card(V32, 32_000, phase="decode", tp=8) == pytest.approx((attn - idx) / 8 + idx)
-    assert tput.indexer_flops_per_token("deepseek-v3", 32_000) == 0
+    idx = flops_mod.indexer_flops_per_token(V32, 32_000, phase="decode")
+    attn = flops_mod.attention_flops_per_token(V32, 32_000, phase="decode")
+    assert flops_mod.attention_flops_per_card(V32, 32_000, phase="decode", tp=8) == pytest.approx((attn - idx) / 8 + idx)
+    assert flops_mod.indexer_flops_per_token("deepseek-v3", 32_000) == 0
 
 
 def test_the_v32_step_reads_the_engines_indexer_keys():
     cfg = load_config(V32)
     n = 40_000
     for engine, (_, index) in V32_PER_LAYER.items():
-        read = tput.kv_read_bytes_per_sequence(V32, n, phase="decode", engine=engine)
+        read = traffic.kv_read_bytes_per_sequence(V32, n, phase="decode", engine=engine)
         assert read == cfg.num_hidden_layers * (cfg.index_topk * 1152 + n * index)
 
 
@@ -258,8 +261,8 @@ def test_a_config_not_named_config_json_is_named_by_its_file(tmp_path):
 
 
 def test_the_v3_articles_expert_part_is_divided_by_the_ep_group():
-    from pdcalc.claims import printed_value
-    from pdcalc.memory import card_weights
+    from pdcalc.audit.registry import printed_value
+    from pdcalc.layout.memory import card_weights
 
     w = card_weights("deepseek-v3-article", "article-1byte", ep=8)
     experts = float(str(printed_value("v3-2.3.1-expert-params")).rstrip("B")) * 1e9
@@ -274,12 +277,12 @@ def test_an_article_preset_where_a_config_is_needed_is_one_line():
 
 def test_the_v32_published_step_takes_flashmlas_sparse_kernel():
     """V3.2's attention core is timed with FlashMLA's published sparse decoding figure at its own top-k."""
-    from pdcalc import costs
+    from pdcalc.perf import costs
 
-    att = tput.attention_ceilings("h800", "bf16", "sparse", topk=load_config(V32).index_topk)
+    att = kernels.attention_ceilings("h800", "bf16", "sparse", topk=load_config(V32).index_topk)
     (point,) = [p for p in costs.points("mla") if p.attention == "sparse" and p.card == "h800"
                 and p.topk == load_config(V32).index_topk]
-    from pdcalc.hardware import get_card
+    from pdcalc.hardware.cards import get_card
 
     assert att.compute_share == pytest.approx(point.achieved_flop_per_s / get_card("h800").flops("bf16"))
     r = tput.step(V32, "h800", tp=1, dp=8, ep=8, context=32_000, concurrency=256, quant="fp8", phase="decode",
@@ -294,7 +297,7 @@ def test_glued_markdown_holds_no_myst_syntax():
 
     import nbformat
 
-    from pdcalc.model import _data_path
+    from pdcalc.model.config import _data_path
 
     book = _data_path().parent.parent / "book"
     found = []
@@ -309,7 +312,7 @@ def test_glued_markdown_holds_no_myst_syntax():
 
 
 def test_memory_adds_the_load_buffers_when_asked():
-    from pdcalc import validation as V
+    from pdcalc.reality import weights as V
 
     out = assert_clean(run_cli("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "8",
                                "--max-num-batched-tokens", "4096", "--json"))

@@ -14,8 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from pdcalc import page as pg
-from pdcalc import rerun as rr
+from pdcalc.book import page as pg
+from pdcalc.book import rerun as rr
 
 # a mark, not importorskip: test_rerun.py imports page_text from here
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nbconvert") is None, reason="needs nbconvert")

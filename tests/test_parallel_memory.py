@@ -1,11 +1,10 @@
 import pytest
 
-from pdcalc.errors import LayoutError
-from pdcalc.inventory import get_inventory
-from pdcalc.memory import budget, card_weights
-from pdcalc.parallel import allreduce_bytes, dispatch, expected_remote_cards, place_experts
-from pdcalc.quant import weight_bytes
-from pdcalc.units import GiB
+from pdcalc.core.errors import LayoutError
+from pdcalc.core.units import GiB
+from pdcalc.layout.memory import budget, card_weights
+from pdcalc.layout.parallel import allreduce_bytes, dispatch, expected_remote_cards, place_experts
+from pdcalc.model.quant import weight_bytes
 
 
 @pytest.mark.parametrize("ep,redundant", [(1, 0), (8, 0), (12, 0), (32, 0), (32, 32), (256, 0), (7, 3)])
@@ -148,7 +147,7 @@ def test_budget_rejects_bad_utilization():
 
 
 def test_memory_plan_parts_add_up():
-    from pdcalc.memory import memory_plan
+    from pdcalc.layout.memory import memory_plan
 
     p = memory_plan("D", usable_bytes=57.6e9, capacity_bytes=64e9, weights=14.6e9, kv_cache=42.2e9,
                     activations=2e9, framework=2e9)
@@ -165,7 +164,7 @@ def test_memory_plan_parts_add_up():
 
 
 def test_ep_sweep_matches_card_weights_and_budget():
-    from pdcalc.memory import ep_sweep
+    from pdcalc.layout.memory import ep_sweep
 
     df = ep_sweep("deepseek-v4-flash", "w8a8", "ascend-910b2", [8, 32], activation_bytes=2e9, framework_bytes=1e9)
     for row in df.itertuples():
@@ -178,8 +177,8 @@ def test_ep_sweep_matches_card_weights_and_budget():
 
 
 def test_card_plan_is_weights_plus_parts_against_visible_memory():
-    from pdcalc.hardware import get_card
-    from pdcalc.memory import card_plan
+    from pdcalc.hardware.cards import get_card
+    from pdcalc.layout.memory import card_plan
 
     p = card_plan("D", "deepseek-v4-flash", "w8a8", "ascend-910b2", ep=32, kv_cache_bytes=5e9,
                   activation_bytes=2e9, framework_bytes=2e9)
@@ -190,7 +189,7 @@ def test_card_plan_is_weights_plus_parts_against_visible_memory():
 
 
 def test_room_bytes_is_usable_minus_the_other_parts():
-    from pdcalc.memory import memory_plan
+    from pdcalc.layout.memory import memory_plan
 
     p = memory_plan("D", usable_bytes=57.6e9, capacity_bytes=64e9, weights=14e9, kv_cache=40e9, activations=2e9)
     assert p.room_bytes() == pytest.approx(57.6e9 - 14e9 - 2e9, rel=1e-12)

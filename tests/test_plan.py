@@ -4,10 +4,12 @@ import re
 import numpy as np
 import pytest
 
-from pdcalc.checks import InputError
-from pdcalc.errors import LayoutError, PdcalcError
-from pdcalc.plan import (CONSTRAINTS, MAX_CARDS, Setup, Workload, count_splits, evaluate, evaluate_loop, plan,
-                         evaluate_split, seq_kv_bytes, sides)
+from pdcalc.core.checks import InputError
+from pdcalc.core.errors import LayoutError, PdcalcError
+from pdcalc.plan.roles import seq_kv_bytes, sides
+from pdcalc.plan.search import plan
+from pdcalc.plan.splits import count_splits, evaluate, evaluate_loop, evaluate_split
+from pdcalc.plan.workload import CONSTRAINTS, MAX_CARDS, Setup, Workload
 
 V3 = dict(model="deepseek-v3", quant="w8a8", card="ascend-910b2", mtp=False, engine="vllm")
 V4 = dict(model="deepseek-v4-flash", quant="w8a8", card="ascend-910b2", mtp=True, engine="vllm-ascend")
@@ -194,7 +196,7 @@ def test_best_plan_is_that_of_the_whole_split_space(model, cards, mode, targets,
     if r.best is None:
         assert r.reason.startswith("nothing fits: ") and "\n" not in r.reason
         # as close as the closest of the whole space: same failing constraints and shortfall
-        from pdcalc.plan import _nothing_fits
+        from pdcalc.plan.search import _nothing_fits
         assert r.reason.split(" fails on ")[1] == _nothing_fits(full, setup, work).split(" fails on ")[1]
     else:
         assert r.reason == ""
@@ -322,9 +324,10 @@ def test_one_split_outside_the_candidates(v3_case):
 
 
 def test_card_plans_of_a_split_add_up(v3_case):
-    from pdcalc.hardware import get_card
-    from pdcalc.memory import card_weights
-    from pdcalc.plan import card_plans, seq_kv_bytes
+    from pdcalc.hardware.cards import get_card
+    from pdcalc.layout.memory import card_weights
+    from pdcalc.plan.labels import card_plans
+    from pdcalc.plan.roles import seq_kv_bytes
 
     setup, work, *_ = v3_case
     best = plan(setup, work).best
@@ -343,7 +346,7 @@ def test_card_plans_of_a_split_add_up(v3_case):
 
 
 def test_split_label(v3_case):
-    from pdcalc.plan import split_label
+    from pdcalc.plan.labels import split_label
 
     setup, work, *_ = v3_case
     best = plan(setup, work).best
@@ -358,8 +361,8 @@ def test_split_label(v3_case):
 # ------------------------------------------------------------------ targets
 
 def test_targets_are_always_stated_with_their_sources():
-    from pdcalc import measurements
-    from pdcalc.recommend import TPOT_SLO_ID, USER_SPEED_ID, default_targets
+    from pdcalc.plan.workload import TPOT_SLO_ID, USER_SPEED_ID, default_targets
+    from pdcalc.reality import measurements
 
     w = Workload(prompt_tokens=2048, output_tokens=512, concurrency=80)
     r = plan(Setup(cards=64, frontier_points=0, **V3), w)
@@ -409,9 +412,12 @@ def test_per_role_tp_degrees_are_honoured():
 
 from dataclasses import replace  # noqa: E402
 
-from pdcalc import throughput as tput  # noqa: E402
-from pdcalc.plan import (AGG_CONSTRAINTS, Targets, aggregated_card_plan, aggregated_label, evaluate_aggregated,  # noqa: E402
-                         evaluate_instances, frontier, frontier_levels, layouts)
+from pdcalc.perf import step as tput  # noqa: E402
+from pdcalc.plan.frontier_search import frontier_levels
+from pdcalc.plan.labels import aggregated_card_plan, aggregated_label
+from pdcalc.plan.roles import layouts
+from pdcalc.plan.splits import evaluate_aggregated, evaluate_instances
+from pdcalc.plan.workload import AGG_CONSTRAINTS, Targets
 
 W4 = dict(prompt_tokens=8192, output_tokens=2048)
 
@@ -527,7 +533,7 @@ def test_the_winner_is_the_mode_with_more_tokens_per_card(cards, work):
 
 
 def split_label_of(row):
-    from pdcalc.plan import split_label
+    from pdcalc.plan.labels import split_label
     return split_label(row)
 
 
@@ -599,7 +605,7 @@ def test_frontier_levels_span_one_sequence_to_what_memory_holds(v4_front):
     assert np.array_equal(np.setdiff1d(lv, [960]), np.unique(grid.round()))
     assert np.diff(np.log(grid)) == pytest.approx(np.log(held) / (setup.frontier_points - 1))
     f = r.frontier
-    from pdcalc.plan import FRONTIER_COLUMNS
+    from pdcalc.plan.frontier_search import FRONTIER_COLUMNS
 
     assert list(f.columns) == list(FRONTIER_COLUMNS)
     assert sorted(set(f["mode"])) == ["aggregated", "disaggregated"] and len(f) == 2 * len(lv)
@@ -640,7 +646,9 @@ def test_frontier_search_finds_what_ranking_every_split_finds(model, cards, tp, 
     """Each level's split comes from a pruned search (the D side bounds the output per card); it is the
     one the planner's ranking of every evaluated split puts first. The large clusters have more D entries
     than the search's first batch, and batches of one make where it stops matter everywhere."""
-    from pdcalc.plan import _best_split, _decode_table, _transfer
+    from pdcalc.plan.frontier_search import _best_split
+    from pdcalc.plan.roles import decode_table as _decode_table
+    from pdcalc.plan.roles import transfer_s as _transfer
 
     setup = Setup(cards=cards, tp_options=tp, **(V4 if model == "v4" else V3))
     work = Workload(prompt_tokens=4096, output_tokens=1024, concurrency=1, ttft_s=ttft, tpot_s=0.05)
@@ -700,7 +708,7 @@ def test_the_frontier_reuses_the_step_tables(monkeypatch):
 def test_frontier_chart_fills_the_column_draws_both_modes_the_target_and_the_best(v4_front):
     import re as _re
 
-    from pdcalc import charts
+    from pdcalc.book import charts
 
     _, r = v4_front
     chart = charts.frontier_chart(r.frontier, r.targets.tpot_s, "output per card against TPOT")

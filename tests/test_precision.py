@@ -17,7 +17,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdcalc.precision import MAX_SIG, SIG, round_decimals, round_sig, rounded, significant_figures, tidy, too_precise
+from pdcalc.core.precision import (
+    MAX_SIG,
+    SIG,
+    round_decimals,
+    round_sig,
+    rounded,
+    significant_figures,
+    tidy,
+    too_precise,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((REPO / "book").glob("*.ipynb"))

@@ -13,10 +13,9 @@ import math
 import os
 
 import pytest
+from cli_harness import assert_clean, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from cli_harness import assert_clean, run_cli
 from test_bad_inputs import card, config
 
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, print_blob=True,
@@ -183,8 +182,8 @@ def test_memory_and_kv_flags(args, ctx):
 def test_rerun_parameters_are_judged_before_any_run(tmp_path, name, value):
     # an unknown name or a value the chapter cannot take is refused in one line; a valid one would run the
     # chapter, so it is only validated here (pdcalc.rerun.validate), never executed
-    from pdcalc.errors import PdcalcError
-    from pdcalc.rerun import chapter_parameters, parse_value, validate
+    from pdcalc.book.rerun import chapter_parameters, parse_value, validate
+    from pdcalc.core.errors import PdcalcError
 
     declared = chapter_parameters("plan")
     try:

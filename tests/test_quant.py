@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from pdcalc.errors import UnknownNameError
-from pdcalc.inventory import get_inventory
-from pdcalc.quant import SCHEMES, bytes_by_category, get_scheme, weight_bytes
+from pdcalc.core.errors import UnknownNameError
+from pdcalc.model.inventory import get_inventory
+from pdcalc.model.quant import SCHEMES, bytes_by_category, get_scheme, weight_bytes
 
 
 @pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v4-flash"])
@@ -94,7 +94,7 @@ def test_msmodelslim_scheme_bytes_as_vllm_ascend_holds_them():
 
 
 def test_card_weights_add_the_mtp_drafts_own_embedding_and_head_only_when_loaded():
-    from pdcalc.memory import card_weights
+    from pdcalc.layout.memory import card_weights
 
     cfg = get_inventory("deepseek-v4-flash").config
     vocab = cfg.vocab_size * cfg.hidden_size * 2
@@ -109,14 +109,14 @@ def test_card_weights_add_the_mtp_drafts_own_embedding_and_head_only_when_loaded
 
 
 def test_default_scheme_is_the_sourced_one_for_v4_only():
-    from pdcalc.quant import V4_ASCEND_W8A8, default_scheme
+    from pdcalc.model.quant import V4_ASCEND_W8A8, default_scheme
 
     assert default_scheme("deepseek-v4-flash") == V4_ASCEND_W8A8
     assert default_scheme("deepseek-v3") == "w8a8" and default_scheme("deepseek-v4-flash-article") == "w8a8"
 
 
 def test_load_buffers_follow_the_loader_and_grow_with_the_batched_tokens():
-    from pdcalc.memory import load_buffers
+    from pdcalc.layout.memory import load_buffers
 
     cfg = get_inventory("deepseek-v4-flash").config
     a = load_buffers("deepseek-v4-flash", max_num_batched_tokens=4096)

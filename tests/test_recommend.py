@@ -6,16 +6,23 @@ import re
 
 import pytest
 
-from pdcalc.quant import V4_ASCEND_W8A8
-from pdcalc import measurements as M
-from pdcalc import recommend as R
-from pdcalc import throughput as tput
-from pdcalc import validation as V
-from pdcalc.checks import InputError
-from pdcalc.deployment import get_deployment
-from pdcalc.memory import card_weights
-from pdcalc.plan import Setup, Workload, card_plans, evaluate_split, sides, weights_log
-from pdcalc.units import GiB
+from pdcalc.audit import answers
+from pdcalc.core.checks import InputError
+from pdcalc.core.units import GiB
+from pdcalc.layout.deployment import get_deployment
+from pdcalc.layout.memory import card_weights
+from pdcalc.model.quant import V4_ASCEND_W8A8
+from pdcalc.perf import traffic as tput
+from pdcalc.plan import labels as labels_mod
+from pdcalc.plan import launch as launch_mod
+from pdcalc.plan import recommend as R
+from pdcalc.plan import workload as workload_mod
+from pdcalc.plan.labels import card_plans
+from pdcalc.plan.roles import sides, weights_log
+from pdcalc.plan.splits import evaluate_split
+from pdcalc.plan.workload import Setup, Workload
+from pdcalc.reality import measurements as M
+from pdcalc.reality import weights as V
 
 V4 = "deepseek-v4-flash"
 V3 = "deepseek-v3"
@@ -24,13 +31,13 @@ V3_LOG = "vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card"
 
 
 def _v4(**kw):
-    args = {**R.article_setup(V4), **R.article_workload(V4), **kw}
-    return R.recommend(V4, **args)
+    args = {**answers.article_setup(V4), **answers.article_workload(V4), **kw}
+    return answers.recommend_vs_article(V4, **args)
 
 
 def _v3(**kw):
-    args = {**R.article_setup(V3), **R.article_workload(V3), **kw}
-    return R.recommend(V3, **args)
+    args = {**answers.article_setup(V3), **answers.article_workload(V3), **kw}
+    return answers.recommend_vs_article(V3, **args)
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +54,12 @@ def v3():
 # targets and article inputs
 # ---------------------------------------------------------------------------------------------
 def test_default_tpot_is_the_published_service_level_and_both_sources_agree():
-    t = R.default_targets()
-    cm = M.get(R.TPOT_SLO_ID)
+    t = workload_mod.default_targets()
+    cm = M.get(workload_mod.TPOT_SLO_ID)
     # read independently from the quote (the target comes from the workload field)
     quoted = float(re.search(r"<\s*(\d+)\s*ms TPOT", cm.quote).group(1)) / 1e3
     assert t.tpot_s == pytest.approx(quoted, rel=1e-12)
-    ds = M.get(R.USER_SPEED_ID)
+    ds = M.get(workload_mod.USER_SPEED_ID)
     slowest = float(re.search(r"(\d+)-\d+ tokens/s per user", ds.workload).group(1))
     assert t.tpot_s <= 1 / slowest + 1e-12                     # the stricter of the two
     assert cm.id in t.tpot_source and ds.id in t.tpot_source
@@ -60,21 +67,21 @@ def test_default_tpot_is_the_published_service_level_and_both_sources_agree():
 
 
 def test_published_layouts_come_from_the_sources():
-    dep = get_deployment(R.TUTORIAL)
-    s = R.v4_article_split()
+    dep = get_deployment(launch_mod.TUTORIAL)
+    s = answers.v4_article_split()
     assert s.cards == dep["servers"] * dep["cards_per_server"]
     assert (s.p_instances, s.p_size, s.d_instances, s.d_size) == (
         dep["prefill_instances"], dep["prefill_dp"], dep["decode_instances"], dep["decode_dp"])
-    assert R.KV_CONNECTOR in dep["source"]
-    v3 = R.v3_article_layout()
+    assert launch_mod.KV_CONNECTOR in dep["source"]
+    v3 = answers.v3_article_layout()
     assert v3.cards == 32 and v3.ep is None and v3.model == V3      # the article's TP=8 + DP=4 (§2.2.4)
-    assert R.published_for(V4) == s and R.published_for(V3) == v3 and R.published_for("other") is None
+    assert answers.published_for(V4) == s and answers.published_for(V3) == v3 and answers.published_for("other") is None
 
 
 def test_article_workloads_keep_the_articles_context():
-    from pdcalc.registry import printed_value
+    from pdcalc.audit.registry import printed_value
 
-    w4, w3 = R.article_workload(V4), R.article_workload(V3)
+    w4, w3 = answers.article_workload(V4), answers.article_workload(V3)
     assert w4["prompt_tokens"] + w4["output_tokens"] == printed_value("v4-6.3-b-ctx")
     assert w3["prompt_tokens"] + w3["output_tokens"] == printed_value("v3-1.2-target-context")
     assert w3["concurrency"] == printed_value("v3-1.2-target-concurrency")
@@ -91,14 +98,14 @@ def test_recommendation_is_the_plans_best_feasible_split_and_meets_the_targets(c
     assert rec.fits and rec.reason == ""
     best = rec.best
     assert bool(best["feasible"])
-    assert all(best[f"slack: {k}"] >= 0 for k in R.CONSTRAINTS)
+    assert all(best[f"slack: {k}"] >= 0 for k in workload_mod.CONSTRAINTS)
     assert best["tpot_s"] <= rec.targets.tpot_s
     top = rec.plan.ranked.iloc[0]
-    assert R.split_label(top) == rec.label and best["tokens_per_s_per_card"] == top["tokens_per_s_per_card"]
+    assert labels_mod.split_label(top) == rec.label and best["tokens_per_s_per_card"] == top["tokens_per_s_per_card"]
     feasible = rec.plan.candidates[rec.plan.candidates["feasible"]]
     assert best["tokens_per_s_per_card"] >= feasible["tokens_per_s_per_card"].max() - 1e-9
-    assert rec.binding == min(R.CONSTRAINTS, key=lambda k: best[f"slack: {k}"])
-    assert rec.slack == pytest.approx(min(best[f"slack: {k}"] for k in R.CONSTRAINTS))
+    assert rec.binding == min(workload_mod.CONSTRAINTS, key=lambda k: best[f"slack: {k}"])
+    assert rec.slack == pytest.approx(min(best[f"slack: {k}"] for k in workload_mod.CONSTRAINTS))
     assert rec.limits()["slack (%)"].is_monotonic_increasing
 
 
@@ -117,8 +124,8 @@ def test_no_tpot_target_is_no_constraint():
 
 
 def test_rate_workload_is_recommended_too():
-    w = R.article_workload(V4)
-    rec = R.recommend(V4, prompt_tokens=w["prompt_tokens"], output_tokens=w["output_tokens"], rate_per_s=2.0)
+    w = answers.article_workload(V4)
+    rec = answers.recommend_vs_article(V4, prompt_tokens=w["prompt_tokens"], output_tokens=w["output_tokens"], rate_per_s=2.0)
     assert rec.fits
     b = rec.best      # Little's law: sequences in flight = rate x output tokens x TPOT
     assert b["concurrency"] == pytest.approx(2.0 * w["output_tokens"] * b["tpot_s"], rel=1e-3)
@@ -166,21 +173,21 @@ def test_launch_script_is_copyable_and_says_what_the_settings_say(v4):
         assert f"--tensor-parallel-size {x.tensor_parallel_size} " in block
         assert "--enable-expert-parallel" in block and f"--max-num-seqs {x.max_num_seqs} " in block
         kv = json.loads(re.search(r"--kv-transfer-config '([^']+)'", block).group(1))
-        assert kv["kv_connector"] == R.KV_CONNECTOR and kv["kv_role"] == x.kv_role
+        assert kv["kv_connector"] == launch_mod.KV_CONNECTOR and kv["kv_role"] == x.kv_role
         assert kv["kv_connector_extra_config"]["decode"]["dp_size"] == d.data_parallel_size
     assert ("--speculative-config" in text) == v4.setup.mtp
 
 
 def test_v4_flags_reproduce_the_tutorials_for_the_tutorials_split():
     """The same rules on the tutorial's own split give its D --max-num-batched-tokens and MTP tokens."""
-    dep = get_deployment(R.TUTORIAL)
-    w = R.article_workload(V4)
+    dep = get_deployment(launch_mod.TUTORIAL)
+    w = answers.article_workload(V4)
     setup = Setup(model=V4, cards=64, measured_weights=True)
     work = Workload(prompt_tokens=w["prompt_tokens"], output_tokens=w["output_tokens"], concurrency=w["concurrency"])
     row = evaluate_split(setup, work, p_instances=4, p_size=8, d_instances=1, d_size=32)
     p_card, _ = card_plans(setup, work, row)
     room = p_card.usable_bytes - p_card.parts["weights"] - p_card.parts["overhead"]
-    _, d = R._launches(setup, work, row, room, dep["mtp_speculative_tokens"], dep["cards_per_server"])
+    _, d = launch_mod.launches(setup, work, row, room, dep["mtp_speculative_tokens"], dep["cards_per_server"])
     assert d.max_num_seqs == dep["decode_max_num_seqs"] and d.data_parallel_size == dep["decode_dp"]
     assert d.max_num_batched_tokens == dep["decode_max_num_batched_tokens"]
 
@@ -189,7 +196,7 @@ def test_v4_flags_reproduce_the_tutorials_for_the_tutorials_split():
 # memory, measured weights
 # ---------------------------------------------------------------------------------------------
 def test_plan_sizes_a_layout_from_its_log_only_when_asked():
-    work = Workload(**R.article_workload(V4))
+    work = Workload(**answers.article_workload(V4))
     measured = Setup(model=V4, cards=64, measured_weights=True)
     plain = Setup(model=V4, cards=64)
     log = V.logged_weights(V4, V4_ASCEND_W8A8, ep=8, mtp=True)
@@ -207,7 +214,7 @@ def test_plan_sizes_a_layout_from_its_log_only_when_asked():
 
 def test_measured_weights_change_the_p_card_by_the_logs_difference():
     measured, plain = _v4(measured_weights=True), _v4(measured_weights=False)
-    art = R.v4_article_split()
+    art = answers.v4_article_split()
     work = measured.workload
     rows = [evaluate_split(r.setup, work, p_instances=art.p_instances, p_size=art.p_size, d_instances=art.d_instances,
                            d_size=art.d_size) for r in (measured, plain)]
@@ -239,13 +246,13 @@ def test_recommended_cards_fit_and_memory_parts_add_up(case, request):
 # ---------------------------------------------------------------------------------------------
 def test_v4_article_split_is_evaluated_with_the_planners_model(v4):
     art = v4.published_row
-    assert art is not None and int(art["cards"]) == R.v4_article_split().cards
+    assert art is not None and int(art["cards"]) == answers.v4_article_split().cards
     table = v4.comparison()
     alt = v4.aggregated
     assert alt is not None and bool(alt["feasible"])
     assert list(table["deployment"]) == ["recommended: " + v4.label,
-                                         "co-located alternative: " + R.aggregated_label(alt),
-                                         "article: " + R.v4_article_split().label]
+                                         "co-located alternative: " + labels_mod.aggregated_label(alt),
+                                         "article: " + answers.v4_article_split().label]
     assert table["cards used"].tolist() == [int(v4.best["cards"]), int(alt["cards"]), int(art["cards"])]
     assert table["tokens/s per card"].iloc[0] >= table["tokens/s per card"].iloc[2] or not art["feasible"]
 
@@ -258,7 +265,7 @@ def test_the_co_located_alternative_is_the_plans_and_the_mode_note_says_which_wi
         note = rec.mode_note()
         winner = "disaggregated" if rec.best["tokens_per_s_per_card"] > alt["tokens_per_s_per_card"] else "aggregated"
         assert plan.winner == winner and note.startswith(winner.capitalize() + " wins: ") and note.endswith(".")
-        assert R.aggregated_label(alt) in note and rec.label in note
+        assert labels_mod.aggregated_label(alt) in note and rec.label in note
     small = _v4(cards=8)           # nothing fits either way: the note gives both shortfalls
     note = small.mode_note()
     assert small.plan.winner == "neither" and note.startswith("Neither meets the targets: disaggregated, ")
@@ -274,7 +281,7 @@ def test_v3_uses_the_log_where_the_layout_matches_and_compares_the_colocated_art
         if log is not None:
             assert log.id == V3_LOG
     art = v3.published_row
-    layout = R.v3_article_layout()
+    layout = answers.v3_article_layout()
     assert int(art["cards"]) == layout.cards
     # TP=8 replicas holding every expert do not fit a 910B2: the shortfall follows from the weights
     w = tput.weight_bytes_per_card(V3, "w8a8", tp=layout.tp, ep=None)
@@ -284,12 +291,12 @@ def test_v3_uses_the_log_where_the_layout_matches_and_compares_the_colocated_art
 
 
 def test_colocated_meets_memory_when_the_experts_are_spread():
-    w = R.article_workload(V3)
+    w = answers.article_workload(V3)
     setup = Setup(model=V3, cards=32, mtp=False)
     work = Workload(**w)
     spread = R.Colocated(label="TP8 x DP4, EP32", model=V3, source="test", tp=8, dp=4, ep=32)
     row = R.evaluate_colocated(setup, work, spread)
-    assert row["slack: memory"] > R.evaluate_colocated(setup, work, R.v3_article_layout())["slack: memory"]
+    assert row["slack: memory"] > R.evaluate_colocated(setup, work, answers.v3_article_layout())["slack: memory"]
     assert row["weights_gib"] == pytest.approx(card_weights(V3, "w8a8", ep=32, tp=8).total_bytes / GiB)
 
 
@@ -320,14 +327,14 @@ def test_an_unreachable_tpot_target_is_a_result():
 # what the chapter shows
 # ---------------------------------------------------------------------------------------------
 def test_workload_defaults_are_the_v4_articles():
-    art = R.article_workload(V4)
-    w = R.workload(output_tokens=art["output_tokens"])
+    art = answers.article_workload(V4)
+    w = answers.workload(output_tokens=art["output_tokens"])
     assert w == art
-    w = R.workload(context=4096, output_tokens=1024, rate_per_s=3.0)
+    w = answers.workload(context=4096, output_tokens=1024, rate_per_s=3.0)
     assert w == {"prompt_tokens": 3072, "output_tokens": 1024, "rate_per_s": 3.0}
     ctx = art["prompt_tokens"] + art["output_tokens"]
     with pytest.raises(InputError, match=f"^output_tokens: must be smaller than the context, {ctx:,} tokens"):
-        R.workload(output_tokens=ctx)
+        answers.workload(output_tokens=ctx)
 
 
 def test_sentences_follow_the_result(v4, v3):
@@ -349,14 +356,14 @@ def test_memory_and_limits_tables_show_what_a_reader_reads(v4):
     assert list(mem.columns) == ["per card", "P card (GiB)", "D card (GiB)"]
     assert (mem[["P card (GiB)", "D card (GiB)"]] == mem[["P card (GiB)", "D card (GiB)"]].round(2)).all().all()
     lim = v4.limits()
-    assert set(lim["constraint"]) <= set(R.CONSTRAINTS) and lim["slack (%)"].iloc[0] == pytest.approx(
+    assert set(lim["constraint"]) <= set(workload_mod.CONSTRAINTS) and lim["slack (%)"].iloc[0] == pytest.approx(
         100 * v4.slack, abs=0.05)
 
 
 def test_when_colocation_wins_the_answer_and_the_flags_are_the_colocated_layout():
-    from pdcalc.plan import aggregated_label
+    from pdcalc.plan.labels import aggregated_label
 
-    cases = R.article_cases()
+    cases = answers.article_cases()
     for rec in cases.values():
         assert rec.colocated_wins == (rec.plan.winner == "aggregated")
         script = rec.script()

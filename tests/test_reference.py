@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pdcalc.inventory import get_inventory
-from pdcalc.quant import weight_bytes
+from pdcalc.model.inventory import get_inventory
+from pdcalc.model.quant import weight_bytes
 
 DATA = Path(__file__).parent / "data" / "reference"
 
@@ -128,7 +128,7 @@ def test_kimi_k2_counts_the_same_under_either_model_type(tmp_path, model_type):
     """Kimi-K2's revisions declare model_type kimi_k2 (current) or deepseek_v3; both are its inventory."""
     import json
 
-    from pdcalc.model import _data_path, load_config
+    from pdcalc.model.config import _data_path, load_config
 
     data = json.loads(_data_path("models", "kimi_k2_config.json").read_text())
     data["model_type"] = model_type
@@ -140,7 +140,7 @@ def test_kimi_k2_counts_the_same_under_either_model_type(tmp_path, model_type):
 
 def test_inference_configs_read_as_their_model_type():
     """DeepSeek's inference configs (ModelArgs fields) give the same inventory as the Hugging Face configs."""
-    from pdcalc.model import _data_path, load_config
+    from pdcalc.model.config import _data_path, load_config
 
     v3 = load_config(_data_path("models", "deepseek_v3_inference_config_671B.json"))
     assert v3.model_type == "deepseek_v3" and v3.router_bias

@@ -1,12 +1,12 @@
 import pandas as pd
 import pytest
 
-from pdcalc.quant import V4_ASCEND_W8A8
-from pdcalc import report
-from pdcalc.kv_cache import engine_layout
-from pdcalc.memory import card_weights, memory_plan
-from pdcalc.recommend import default_targets
-from pdcalc.validation import LoggedWeights
+from pdcalc.book import report
+from pdcalc.layout.memory import card_weights, memory_plan
+from pdcalc.model.kv_layout import engine_layout
+from pdcalc.model.quant import V4_ASCEND_W8A8
+from pdcalc.plan.workload import default_targets
+from pdcalc.reality.weights import LoggedWeights
 
 
 @pytest.mark.parametrize("engine", ["reference", "vllm", "vllm-ascend"])
@@ -48,9 +48,9 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pdcalc.deployment import get_deployment  # noqa: E402
-from pdcalc.memory import budget  # noqa: E402
-from pdcalc.validation import logged_weights  # noqa: E402
+from pdcalc.layout.deployment import get_deployment  # noqa: E402
+from pdcalc.layout.memory import budget  # noqa: E402
+from pdcalc.reality.weights import logged_weights  # noqa: E402
 
 V4 = "deepseek-v4-flash"
 
@@ -75,7 +75,7 @@ def test_sig_table_writes_every_row_and_each_float_by_its_own_figures():
 
 
 def test_fold_wraps_a_table_in_a_closed_dropdown():
-    from pdcalc.display import table
+    from pdcalc.book.display import table
 
     inner = table(pd.DataFrame({"a": [1, 2]}), caption="x")
     h = report.fold(inner, "two rows <a>").data
@@ -256,7 +256,7 @@ def test_linked_table_links_cells_and_keeps_the_text_in_the_csv():
 
 
 def test_published_runs_table_keeps_every_run_with_its_ratio():
-    from pdcalc import throughput as tput
+    from pdcalc.reality import published_runs as tput
 
     pub = tput.compare_published("deepseek-v3")
     t = report.published_runs_table(pub)
@@ -268,7 +268,7 @@ def test_published_runs_table_keeps_every_run_with_its_ratio():
 
 # ---- the validation chapter's tables
 def test_validation_display_links_each_measurement_and_folds_the_quotes():
-    from pdcalc import validation as V
+    from pdcalc.reality import validation as V
 
     df = V.table()
     shown = V.show(df, "weight_memory_per_card")
@@ -279,34 +279,35 @@ def test_validation_display_links_each_measurement_and_folds_the_quotes():
 
 
 def test_candidates_brief_keeps_every_candidate_and_the_chosen_ones():
-    from pdcalc import validation as V
+    from pdcalc.reality import weights as weights_mod
 
-    c = V.candidates_table()
+    c = weights_mod.candidates_table()
     b = report.candidates_brief(c)
     assert len(b) == len(c) and b["chosen"].sum() == c["chosen"].sum()
     assert list(b.columns[:2]) == ["measurement", "candidate"]
 
 
 def test_budgets_by_part_has_one_column_per_log():
-    from pdcalc import validation as V
+    from pdcalc.reality import memory_checks
 
-    kb = V.kv_budget_table()
+    kb = memory_checks.kv_budget_table()
     t = report.budgets_by_part(kb)
     assert list(t.columns) == ["part", *kb.index] and len(t) == kb.shape[1]
 
 
 def test_articles_measured_in_gib():
-    from pdcalc import validation as V
+    from pdcalc.audit import vs_measurements
+    from pdcalc.reality import validation as V
 
-    arts = V.articles_vs_measurements(V.table())
+    arts = vs_measurements.articles_vs_measurements(V.table())
     t = report.articles_measured_gib(arts)
     assert t["measured (GiB)"].to_numpy() == pytest.approx((arts["measured (GB)"] * 1e9 / 2**30).to_numpy(), abs=0.01)
     assert not any(c.endswith("(GB)") for c in t.columns)
 
 
 def test_errata_brief_links_each_erratum_to_its_audit_row():
-    from pdcalc import claims
-    from pdcalc.errata import ERRATA
+    from pdcalc.audit import claims
+    from pdcalc.audit.errata import ERRATA
 
     out = report.errata_brief("validation").data
     homes = claims.pages()

@@ -19,9 +19,10 @@ import nbformat
 import pytest
 from test_page import page_text
 
-from pdcalc import rerun as rr
-from pdcalc.errors import MAX_MESSAGE, PdcalcError, UnknownNameError
-from pdcalc.quant import V4_ASCEND_W8A8
+from pdcalc.book import rerun as rr
+from pdcalc.core import errors as errors_mod
+from pdcalc.core.errors import MAX_MESSAGE, PdcalcError, UnknownNameError
+from pdcalc.model.quant import V4_ASCEND_W8A8
 
 pytest.importorskip("papermill")
 
@@ -315,7 +316,7 @@ def test_bad_output_folder_is_one_line_rerun_error_before_anything_runs(kind, tm
         (outdir / "per_card.ipynb").mkdir(parents=True)
     if kind == "proc" and not Path("/proc").is_dir():
         pytest.skip("no /proc")
-    with pytest.raises(rr.RerunError) as info:
+    with pytest.raises(errors_mod.RerunError) as info:
         rr.rerun("per_card", {}, outdir=outdir)
     message = str(info.value)
     assert "\n" not in message and "output folder" in message
@@ -339,14 +340,14 @@ def test_errors_of_a_rerun_are_one_line_whatever_their_text():
     assert "raised ValueError: first line second line third fourth (executed copy: odd\\nfolder/ch.ipynb)" \
         in str(failed)
     assert failed.exit_code == 1 and failed.evalue.startswith("first line\n")
-    for error in (rr.ParameterError("a\nb"), rr.RerunError("c\rd\x0be")):
+    for error in (rr.ParameterError("a\nb"), errors_mod.RerunError("c\rd\x0be")):
         assert len(str(error).splitlines()) == 1 and "\x1b" not in str(error)
     assert len(str(rr.ParameterError("x" * 10_000))) <= MAX_MESSAGE
 
 
 def test_outdir_inside_book_is_refused(tmp_path):
     for outdir in (REPO / "book", REPO / "book" / "runs"):
-        with pytest.raises(rr.RerunError, match="inside the book's chapters"):
+        with pytest.raises(errors_mod.RerunError, match="inside the book's chapters"):
             rr.rerun("per_card", {}, outdir=outdir)
         assert not (REPO / "book" / "runs").exists()
 
@@ -368,8 +369,8 @@ def test_defaults_reproduce_the_committed_outputs(default_run):
 
 
 def test_new_card_and_decode_ep_change_the_tables_and_the_chart(changed_run):
-    from pdcalc.memory import budget, card_weights
-    from pdcalc.parallel import place_experts
+    from pdcalc.layout.memory import budget, card_weights
+    from pdcalc.layout.parallel import place_experts
 
     committed = nbformat.read(CHAPTER, as_version=4)
     nb = nbformat.read(changed_run / "per_card.ipynb", as_version=4)
@@ -402,7 +403,7 @@ def test_new_card_and_decode_ep_change_the_tables_and_the_chart(changed_run):
 
 
 def test_html_page_is_standalone_and_offline(changed_run):
-    from pdcalc.memory import budget, card_weights
+    from pdcalc.layout.memory import budget, card_weights
 
     page = (changed_run / "per_card.html").read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>")
@@ -507,7 +508,7 @@ def test_rerun_never_imports_the_command_line():
                                                                if isinstance(node, ast.ImportFrom) and node.module}
     assert not {m for m in imported if m == "pdcalc.cli" or m.startswith("pdcalc.cli.")}
     assert not hasattr(rr, "main")
-    out = subprocess.run([sys.executable, "-c", "import sys, pdcalc.rerun; print('pdcalc.cli' in sys.modules)"],
+    out = subprocess.run([sys.executable, "-c", "import sys, pdcalc.book.rerun; print('pdcalc.cli' in sys.modules)"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
@@ -521,8 +522,8 @@ def test_a_chapter_reruns_on_a_v2_lite_config(chapter, tmp_path):
     says which model it describes, and its tables are that model's."""
     import shutil
 
-    from pdcalc.inventory import get_inventory
-    from pdcalc.model import _data_path
+    from pdcalc.model.config import _data_path
+    from pdcalc.model.inventory import get_inventory
 
     cfg = tmp_path / "v2-lite" / "config.json"
     cfg.parent.mkdir()

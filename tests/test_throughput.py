@@ -3,13 +3,19 @@ import math
 import numpy as np
 import pytest
 
-from pdcalc import throughput as th
-from pdcalc.errors import ConfigError, LayoutError, UnknownNameError
-from pdcalc.hardware import get_card
-from pdcalc.inventory import get_inventory
-from pdcalc.memory import card_weights
-from pdcalc.model import load_config
-from pdcalc.parallel import expected_remote_cards
+from pdcalc.core.errors import ConfigError, LayoutError, UnknownNameError
+from pdcalc.hardware import cards as cards_mod
+from pdcalc.hardware.cards import get_card
+from pdcalc.layout.memory import card_weights
+from pdcalc.layout.parallel import expected_remote_cards
+from pdcalc.model.config import load_config
+from pdcalc.model.inventory import get_inventory
+from pdcalc.perf import comm, routing, schedule, speculative, traffic
+from pdcalc.perf import flops as flops_mod
+from pdcalc.perf import kernels as kernels_
+from pdcalc.perf import shape as shape_mod
+from pdcalc.perf import step as th
+from pdcalc.reality import published_runs
 
 V3 = "deepseek-v3"
 CFG = load_config(V3)
@@ -28,28 +34,28 @@ N_HEAD = _params(lambda t: t.category == "lm_head")
 # ------------------------------------------------------------------ FLOPs
 def test_decode_attention_flops_by_hand():
     # absorbed MLA: per layer 2 x heads x L x (2 x 512 + 64); 61 layers, 128 heads, L = 1000
-    assert th.attention_flops_per_token(V3, 1000, phase="decode") == 61 * 2 * 128 * 1000 * 1088
+    assert flops_mod.attention_flops_per_token(V3, 1000, phase="decode") == 61 * 2 * 128 * 1000 * 1088
     c = CFG
     expect = c.num_hidden_layers * 2 * c.num_attention_heads * 1000 * (2 * c.kv_lora_rank + c.qk_rope_head_dim)
-    assert th.attention_flops_per_token(V3, 1000, phase="decode") == expect
+    assert flops_mod.attention_flops_per_token(V3, 1000, phase="decode") == expect
 
 
 def test_prefill_attention_flops_by_hand():
     # naive MLA, causal: a 3-token prompt attends to (3 + 1) / 2 = 2 positions per token on average;
     # per head 128 nope + 64 rope key dims and 128 value dims
-    assert th.attention_flops_per_token(V3, 3, phase="prefill") == pytest.approx(61 * 2 * 128 * 2 * 320, rel=1e-12)
+    assert flops_mod.attention_flops_per_token(V3, 3, phase="prefill") == pytest.approx(61 * 2 * 128 * 2 * 320, rel=1e-12)
 
 
 def test_flops_per_token_is_two_per_activated_parameter_plus_attention():
     act = INV.activated()
     assert act / 1e9 == pytest.approx(37, rel=0.02)          # the official "37B activated"
-    f = th.flops_per_token(V3, 4096, phase="decode")
-    assert f == pytest.approx(2 * act + th.attention_flops_per_token(V3, 4096, phase="decode"), rel=1e-12)
+    f = flops_mod.flops_per_token(V3, 4096, phase="decode")
+    assert f == pytest.approx(2 * act + flops_mod.attention_flops_per_token(V3, 4096, phase="decode"), rel=1e-12)
     # prefill: the output head produces logits for the last position only
     L = 4096
-    fp = th.flops_per_token(V3, L, phase="prefill")
+    fp = flops_mod.flops_per_token(V3, L, phase="prefill")
     assert fp == pytest.approx(2 * (act - N_HEAD) + 2 * N_HEAD / L
-                               + th.attention_flops_per_token(V3, L, phase="prefill"), rel=1e-12)
+                               + flops_mod.attention_flops_per_token(V3, L, phase="prefill"), rel=1e-12)
 
 
 def test_absorbed_decode_attention_exceeds_the_matmuls_at_long_context():
@@ -57,14 +63,14 @@ def test_absorbed_decode_attention_exceeds_the_matmuls_at_long_context():
     # costs more than the 2 x 36.6B matmul FLOPs
     crossover = 2 * INV.activated() / (61 * 2 * 128 * 1088)
     assert 4000 < crossover < 4500
-    assert th.attention_flops_per_token(V3, 5000) > 2 * INV.activated()
+    assert flops_mod.attention_flops_per_token(V3, 5000) > 2 * INV.activated()
 
 
 def test_flops_vectorized_over_context():
     L = np.array([1, 1024, 4096])
-    out = th.flops_per_token(V3, L, phase="decode")
+    out = flops_mod.flops_per_token(V3, L, phase="decode")
     assert out.shape == (3,)
-    assert out[2] == pytest.approx(th.flops_per_token(V3, 4096, phase="decode"), rel=1e-12)
+    assert out[2] == pytest.approx(flops_mod.flops_per_token(V3, 4096, phase="decode"), rel=1e-12)
 
 
 # ------------------------------------------------------------------ experts hit
@@ -74,31 +80,31 @@ def test_flops_vectorized_over_context():
     (2, 256 - 248 ** 2 / 256),         # 256 (1 - (248/256)^2) = 15.75
 ])
 def test_expected_experts_hit_by_hand(tokens, expect):
-    assert th.expected_experts_hit(tokens, 256, 8) == pytest.approx(expect, rel=1e-12)
+    assert routing.expected_experts_hit(tokens, 256, 8) == pytest.approx(expect, rel=1e-12)
 
 
 def test_expected_experts_hit_saturates():
-    assert th.expected_experts_hit(10_000, 256, 8) == pytest.approx(256, rel=1e-9)
-    hit = th.expected_experts_hit(np.arange(0, 200), 256, 8)
+    assert routing.expected_experts_hit(10_000, 256, 8) == pytest.approx(256, rel=1e-9)
+    hit = routing.expected_experts_hit(np.arange(0, 200), 256, 8)
     assert np.all(np.diff(hit) > 0)
 
 
 # ------------------------------------------------------------------ communication
 def test_tp_allreduce_per_layer_by_hand():
     card = get_card("ascend-910b2")
-    b, t = th.tp_allreduce_per_layer(V3, card, tokens=80, tp=8, comm_eff=0.7)
+    b, t = comm.tp_allreduce_per_layer(V3, card, tokens=80, tp=8, comm_eff=0.7)
     assert b == pytest.approx(2 * 7 / 8 * 80 * 7168 * 2, rel=1e-12)   # ring: 2 (t-1)/t of 80 x 7168 x 2 B
     assert t == pytest.approx(b / (0.7 * 196e9), rel=1e-12)            # HCCS 196 GB/s per device, one way
 
 
 def test_tp_allreduce_at_the_articles_token_count():
     # the article's N = 7168 x 80 x 2048 x 2 B = 2,348,810,240 B; the ring sends 2 x 7/8 of it per card
-    b, _ = th.tp_allreduce_per_layer(V3, "ascend-910b2", tokens=80 * 2048, tp=8)
+    b, _ = comm.tp_allreduce_per_layer(V3, "ascend-910b2", tokens=80 * 2048, tp=8)
     assert b == pytest.approx(2 * 0.875 * 2_348_810_240, rel=1e-12)
 
 
 def test_tp_allreduce_beyond_a_node_uses_scale_out():
-    _, t16 = th.tp_allreduce_per_layer(V3, "ascend-910b2", tokens=80, tp=16, comm_eff=1.0)
+    _, t16 = comm.tp_allreduce_per_layer(V3, "ascend-910b2", tokens=80, tp=16, comm_eff=1.0)
     assert t16 == pytest.approx(2 * 15 / 16 * 80 * 7168 * 2 / 25e9, rel=1e-12)
 
 
@@ -106,16 +112,16 @@ def test_ep_alltoall_inside_a_node_by_hand():
     # 8 cards of 32 experts each: a token misses a given remote card with prob C(224, 8) / C(256, 8)
     remote = 7 * (1 - math.comb(224, 8) / math.comb(256, 8))
     assert expected_remote_cards(256, 8, 8) == pytest.approx(remote, rel=1e-12)
-    b, t = th.ep_alltoall_per_layer(V3, "ascend-910b2", tokens_per_card=100, ep=8, comm_eff=0.5)
+    b, t = comm.ep_alltoall_per_layer(V3, "ascend-910b2", tokens_per_card=100, ep=8, comm_eff=0.5)
     assert b == pytest.approx(100 * remote * 7168 * (1 + 2), rel=1e-12)   # FP8 dispatch + BF16 combine
     assert t == pytest.approx(b / (0.5 * 196e9), rel=1e-12)
 
 
 def test_ep_alltoall_across_nodes_splits_the_traffic():
-    b, t = th.ep_alltoall_per_layer(V3, "h800", tokens_per_card=100, ep=32, comm_eff=1.0)
+    b, t = comm.ep_alltoall_per_layer(V3, "h800", tokens_per_card=100, ep=32, comm_eff=1.0)
     f = 7 / 31  # 7 of the 31 remote cards share the node
     assert t == pytest.approx(max(f * b / 200e9, (1 - f) * b / 50e9), rel=1e-12)
-    assert th.ep_alltoall_per_layer(V3, "h800", tokens_per_card=100, ep=1) == (0.0, 0.0)
+    assert comm.ep_alltoall_per_layer(V3, "h800", tokens_per_card=100, ep=1) == (0.0, 0.0)
 
 
 # ------------------------------------------------------------------ the step
@@ -125,8 +131,8 @@ def test_single_card_decode_step_by_hand():
     st = th.step(V3, card, tp=1, dp=1, context=L, concurrency=S, phase="decode", quant="w8a8", mfu=0.5,
                  mbu=0.7, overlap=False)
     assert st.tokens == S
-    assert st.flops_per_card == pytest.approx(S * th.flops_per_token(V3, L, phase="decode"), rel=1e-12)
-    attn = S * th.attention_flops_per_token(V3, L, phase="decode")
+    assert st.flops_per_card == pytest.approx(S * flops_mod.flops_per_token(V3, L, phase="decode"), rel=1e-12)
+    attn = S * flops_mod.attention_flops_per_token(V3, L, phase="decode")
     lin = st.flops_per_card - attn
     assert st.compute_s == pytest.approx(lin / (752e12 * 0.5) + attn / (353.9e12 * 0.5), rel=1e-12)
     w = card_weights(V3, "w8a8", ep=1, tp=1)
@@ -204,7 +210,7 @@ def test_the_articles_fp16_layout_does_not_fit():
 
 
 def test_kv_bytes_per_token_matches_the_published_figure():
-    assert th.kv_bytes_per_token(V3) == 70_272   # arXiv 2505.09343, Table 1
+    assert traffic.kv_bytes_per_token(V3) == 70_272   # arXiv 2505.09343, Table 1
 
 
 # ------------------------------------------------------------------ errors
@@ -238,26 +244,26 @@ def test_missing_peak_names_the_dtype_and_can_be_overridden():
 def test_model_without_a_config_is_refused():
     # the articles' simplified presets carry no config.json, hence no attention structure
     with pytest.raises(ConfigError, match="deepseek_v3"):
-        th.flops_per_token("deepseek-v4-flash-article", 1024)
+        flops_mod.flops_per_token("deepseek-v4-flash-article", 1024)
     with pytest.raises(ConfigError, match="deepseek_v4"):
         th.step("deepseek-v3-article", "ascend-910b2", tp=1, dp=1, context=1024, concurrency=8, phase="decode")
 
 
 # ------------------------------------------------------------------ published measurements
 def test_published_runs_read_the_measurements_registry():
-    per_card = {r.measurement: th.measured_per_card(r) for r in th.PUBLISHED_RUNS}
+    per_card = {r.measurement: published_runs.measured_per_card(r) for r in published_runs.PUBLISHED_RUNS}
     assert per_card == pytest.approx({
         "deepseek-prod-h800-prefill-per-node": 73.7e3 / 8,     # ~73.7k tokens/s per 8-GPU node
         "deepseek-prod-h800-decode-per-node": 14.8e3 / 8,      # ~14.8k tokens/s per node
         "cloudmatrix384-r1-prefill-per-npu": 6688,
         "cloudmatrix384-r1-decode-per-npu-tpot50": 1943,
     })
-    assert all(r.conditions and r.source for r in th.PUBLISHED_RUNS)
+    assert all(r.conditions and r.source for r in published_runs.PUBLISHED_RUNS)
 
 
 def test_compare_published_table():
-    df = th.compare_published()
-    assert len(df) == len(th.PUBLISHED_RUNS)
+    df = published_runs.compare_published()
+    assert len(df) == len(published_runs.PUBLISHED_RUNS)
     assert df["ratio"].tolist() == pytest.approx(
         (df["predicted_tokens_per_s_per_card"] / df["measured_tokens_per_s_per_card"]).tolist(), rel=1e-12)
     # decode runs the batch the measurement implies: tokens/s per card x seconds per output token
@@ -267,7 +273,7 @@ def test_compare_published_table():
     assert pre["sequences_per_card"] == pytest.approx(16 * 1024 / 4096, rel=1e-12)
     # a roofline with 50 % MFU / 70 % MBU lands within a factor of 3 of every measurement
     assert df["ratio"].between(1 / 3, 3).all(), df[["measurement", "ratio"]]
-    assert set(df["bound"]) <= set(th.BOUNDS)
+    assert set(df["bound"]) <= set(shape_mod.BOUNDS)
     assert df["source"].str.len().gt(0).all()
 
 
@@ -299,26 +305,26 @@ def test_v4_decode_attention_flops_by_hand(L):
     # scores + weighted sum over a 512-wide latent for 64 heads: 4 x 64 x 512 per key; the indexer scores
     # every L // 4 entry with 64 heads of 128 on the 21 ratio-4 layers
     expect = 4 * 64 * 512 * _v4_keys(L) + 2 * 64 * 128 * N_C4 * (L // 4)
-    assert th.attention_flops_per_token(V4, L, phase="decode") == expect
+    assert flops_mod.attention_flops_per_token(V4, L, phase="decode") == expect
 
 
 def test_v4_decode_flops_at_600_tokens_spelled_out():
     # L = 600: 128 window keys on 43 layers, min(150, 512) = 150 selected on 21, 600 // 128 = 4 on 20
     keys = 43 * 128 + 21 * 150 + 20 * 4
     assert keys == 8734
-    assert th.attention_flops_per_token(V4, 600) == 131_072 * 8734 + 16_384 * 21 * 150
+    assert flops_mod.attention_flops_per_token(V4, 600) == 131_072 * 8734 + 16_384 * 21 * 150
 
 
 def test_v4_prefill_attention_is_the_mean_of_the_decode_queries():
     L = 700
-    per_query = sum(th.attention_flops_per_token(V4, i, phase="decode") for i in range(1, L + 1))
-    assert th.attention_flops_per_token(V4, L, phase="prefill") * L == pytest.approx(per_query, rel=1e-12)
+    per_query = sum(flops_mod.attention_flops_per_token(V4, i, phase="decode") for i in range(1, L + 1))
+    assert flops_mod.attention_flops_per_token(V4, L, phase="prefill") * L == pytest.approx(per_query, rel=1e-12)
 
 
 def test_v4_flops_per_token_is_two_per_activated_parameter_plus_attention():
     act = INV4.activated()
     assert act / 1e9 == pytest.approx(13, rel=0.05)      # the official "13B activated"
-    assert th.flops_per_token(V4, 4096) == pytest.approx(2 * act + th.attention_flops_per_token(V4, 4096), rel=1e-12)
+    assert flops_mod.flops_per_token(V4, 4096) == pytest.approx(2 * act + flops_mod.attention_flops_per_token(V4, 4096), rel=1e-12)
 
 
 def test_v4_decode_kv_read_by_hand():
@@ -326,24 +332,24 @@ def test_v4_decode_kv_read_by_hand():
     # 1,250 indexer keys; 39 ratio-128 entries
     L = 5000
     expect = 43 * 128 * E_WIN + N_C4 * (512 * E_COMP + 1250 * E_IDX) + N_C128 * 39 * E_COMP
-    assert th.kv_read_bytes_per_sequence(V4, L) == expect
+    assert traffic.kv_read_bytes_per_sequence(V4, L) == expect
     # other engines: their own entry sizes (reference: BF16 everywhere; vLLM: 584 B rows, 132 B indexer keys)
     ref = 43 * 128 * 1024 + N_C4 * (512 * 1024 + 1250 * 256) + N_C128 * 39 * 1024
-    assert th.kv_read_bytes_per_sequence(V4, L, engine="reference") == ref
+    assert traffic.kv_read_bytes_per_sequence(V4, L, engine="reference") == ref
     vllm = 43 * 128 * 584 + N_C4 * (512 * 584 + 1250 * 132) + N_C128 * 39 * 584
-    assert th.kv_read_bytes_per_sequence(V4, L, engine="vllm") == vllm
+    assert traffic.kv_read_bytes_per_sequence(V4, L, engine="vllm") == vllm
 
 
 def test_v4_prefill_kv_writes_by_hand():
     L = 5000   # all 1,250 ratio-4 entries are written, not only the 512 a query selects
     expect = 43 * 128 * E_WIN + N_C4 * 1250 * (E_COMP + E_IDX) + N_C128 * 39 * E_COMP
-    assert th.kv_read_bytes_per_sequence(V4, L, phase="prefill") == expect
+    assert traffic.kv_read_bytes_per_sequence(V4, L, phase="prefill") == expect
 
 
 def test_v4_sparse_read_is_less_than_a_full_read():
     L = np.array([2048, 16384, 131072])
-    sparse = th.kv_read_bytes_per_sequence(V4, L)
-    full = th.kv_read_bytes_per_sequence(V4, L, phase="prefill")   # every stored entry once
+    sparse = traffic.kv_read_bytes_per_sequence(V4, L)
+    full = traffic.kv_read_bytes_per_sequence(V4, L, phase="prefill")   # every stored entry once
     unselected = N_C4 * (L // 4 - 512) * E_COMP
     assert np.all(sparse <= full)
     assert full - sparse == pytest.approx(unselected, rel=1e-12)
@@ -351,15 +357,15 @@ def test_v4_sparse_read_is_less_than_a_full_read():
     # up to 2,048 tokens the indexer selects every entry: sparse = full
     assert sparse[0] == full[0]
     # and less than the cache the sequence holds (pages, compressor states)
-    assert np.all(sparse < th.kv_stored_bytes_per_sequence(V4, L))
+    assert np.all(sparse < traffic.kv_stored_bytes_per_sequence(V4, L))
 
 
 @pytest.mark.parametrize("engine", ["reference", "vllm", "vllm-ascend"])
 def test_v4_stored_kv_is_the_engines_cache_without_mtp(engine):
-    from pdcalc.kv_cache import kv_bytes
+    from pdcalc.model.kv_cache import kv_bytes
     L = np.array([1, 777, 16384, 100_000])
     expect = kv_bytes(V4, L, engine, include_mtp=False).total_bytes
-    assert np.array_equal(th.kv_stored_bytes_per_sequence(V4, L, engine=engine), expect)
+    assert np.array_equal(traffic.kv_stored_bytes_per_sequence(V4, L, engine=engine), expect)
 
 
 def test_v4_single_card_decode_step_by_hand():
@@ -380,14 +386,14 @@ def test_v4_single_card_decode_step_by_hand():
     assert st.memory_s == pytest.approx((weights_read + kv) / (1.6e12 * 0.7), rel=1e-12)
     assert st.comm_s == 0 and st.comm_bytes_per_card == 0
     assert st.bound == "memory"
-    from pdcalc.kv_cache import kv_bytes
+    from pdcalc.model.kv_cache import kv_bytes
     assert st.stored_bytes_per_card == pytest.approx(
         w.total_bytes + kv_bytes(V4, L, "vllm-ascend", include_mtp=False).total_bytes, rel=1e-12)
     assert st.time_s == pytest.approx(st.memory_s, rel=1e-12)
 
 
 def test_v4_single_card_prefill_matches_prefill_flops():
-    from pdcalc.flops import prefill_flops
+    from pdcalc.perf.flops import prefill_flops
     L = 8000
     st = th.step(V4, "ascend-910b2", tp=1, dp=1, context=L, concurrency=1, phase="prefill")
     # prefill_flops counts the output head on every position; the step only on the last one
@@ -405,7 +411,7 @@ def test_v4_tp_adds_the_indexer_score_allreduce():
     scores = 21 * ring * S * (4096 // 4) * 2       # BF16 indexer scores of 1,024 entries per ratio-4 layer
     assert st.comm_bytes_per_card == pytest.approx(hidden + scores, rel=1e-12)
     assert st.comm_s == pytest.approx((hidden + scores) / (0.7 * 196e9), rel=1e-12)
-    b, _ = th.indexer_allreduce_per_layer(V4, card, context=L, sequences=S, tp=tp)
+    b, _ = comm.indexer_allreduce_per_layer(V4, card, context=L, sequences=S, tp=tp)
     assert b == pytest.approx(ring * S * 1024 * 2, rel=1e-12)
 
 
@@ -478,23 +484,24 @@ def test_engine_names_are_checked():
     ref = th.step(V3, "ascend-910b2", engine="reference", **kw)
     assert ref == th.step(V3, "ascend-910b2", **kw)
     with pytest.raises(ConfigError, match="indexer"):
-        th.indexer_allreduce_per_layer(V3, "ascend-910b2", context=1024, sequences=1, tp=8)
+        comm.indexer_allreduce_per_layer(V3, "ascend-910b2", context=1024, sequences=1, tp=8)
 
 
 def test_layer_times_are_the_step_compute_and_the_allreduce_of_the_same_tokens():
-    from pdcalc import throughput as tput
-    from pdcalc.hardware import get_card
+    from pdcalc.hardware.cards import get_card
+    from pdcalc.perf import comm as comm_
+    from pdcalc.perf import step as tput
 
     compute, ar = tput.layer_times("deepseek-v3", "ascend-910b2", tp=8, context=2048, concurrency=80, phase="prefill")
     st = tput.step("deepseek-v3", "ascend-910b2", tp=8, dp=1, context=2048, concurrency=80, phase="prefill")
-    _, ar_direct = tput.tp_allreduce_per_layer("deepseek-v3", get_card("ascend-910b2"), tokens=80 * 2048, tp=8,
-                                               allreduces=tput.DEFAULT_ALLREDUCES_PER_LAYER)
+    _, ar_direct = comm_.tp_allreduce_per_layer("deepseek-v3", get_card("ascend-910b2"), tokens=80 * 2048, tp=8,
+                                               allreduces=comm_.DEFAULT_ALLREDUCES_PER_LAYER)
     assert compute == pytest.approx(float(st.compute_s) / load_config("deepseek-v3").num_hidden_layers, rel=1e-12)
     assert ar == pytest.approx(ar_direct, rel=1e-12)
 
 
 # ------------------------------------------------------------------ published costs
-from pdcalc import costs as C  # noqa: E402
+from pdcalc.perf import costs as C  # noqa: E402
 
 PUB = dict(costs="published", quant="fp8")
 
@@ -508,7 +515,7 @@ def test_default_cost_model_is_the_roofline_and_names_are_checked():
 
 
 def test_gemm_ceilings_reproduce_their_rows_and_bound_the_others():
-    df = th.gemm_check()
+    df = kernels_.gemm_check()
     assert len(df) == len(C.gemm("h800", "fp8", operation="dense")) + len(C.gemm("h800", "fp8", operation=
                                                                                    "grouped_contiguous")) \
         + len(C.gemm("h800", "fp8", operation="grouped_masked"))
@@ -521,23 +528,23 @@ def test_gemm_ceilings_reproduce_their_rows_and_bound_the_others():
 
 
 def test_nearest_gemm_shape_and_two_ceilings_by_hand():
-    g = th.nearest_gemm("dense", 7168, 16384)                # wo: its own row
+    g = kernels_.nearest_gemm("dense", 7168, 16384)                # wo: its own row
     assert (g.n, g.k) == (7168, 16384)
     assert g.flop_per_s == 1520e12 and g.bytes_per_s == 2668e9   # DeepGEMM README, M = 4096 and M = 64 rows
-    assert th.nearest_gemm("dense", 7168, 16384 // 8).k == 2048  # TP8 splits wo's input: the 7168 x 2048 row
+    assert kernels_.nearest_gemm("dense", 7168, 16384 // 8).k == 2048  # TP8 splits wo's input: the 7168 x 2048 row
     # a memory-bound GEMM on the H200 streams its weights at the H800's share of HBM bandwidth
-    t, cb = th.gemm_seconds("dense", 7168, 16384, flops=1.0, bytes_moved=1e9, card="h200", dtype="fp8")
+    t, cb = kernels_.gemm_seconds("dense", 7168, 16384, flops=1.0, bytes_moved=1e9, card="h200", dtype="fp8")
     assert not cb and t == pytest.approx(1e9 / (2668e9 / 3.35e12 * 4.8e12), rel=1e-12)
 
 
 def test_mla_ceilings_are_flashmla_and_amla():
-    h = th.attention_ceilings("h800")
+    h = kernels_.attention_ceilings("h800")
     assert h.compute_share == pytest.approx(660 / 989, rel=1e-12)      # FlashMLA 660 TFLOPS, H800 BF16 989
     assert h.memory_share == pytest.approx(3000 / 3350, rel=1e-12)     # 3000 GB/s of 3.35 TB/s
-    a = th.attention_ceilings("ascend-910c")
+    a = kernels_.attention_ceilings("ascend-910c")
     assert a.compute_share == pytest.approx(614 / 752, rel=1e-12)      # AMLA 614 TFLOPS of the preset's 752
     assert a.memory_share == h.memory_share                             # no Ascend bandwidth figure: carried
-    b = th.attention_ceilings("ascend-910b2")                           # no 910B figure: the 910C's, carried
+    b = kernels_.attention_ceilings("ascend-910b2")                           # no 910B figure: the 910C's, carried
     assert b.compute_share == a.compute_share and all(s.carried for s in b.sources)
     assert not any(s.carried for s in h.sources)
 
@@ -558,21 +565,21 @@ def test_low_latency_rows_are_reproduced_at_their_batch():
         if p.table_id != "deepep-v1-low-latency-h800":
             continue
         dtype = p.dispatch_dtype if p.operation == "dispatch" else p.combine_dtype
-        t, _, src = th.ep_message_seconds("h800", mode="low_latency", operation=p.operation, ep=p.ep_size,
+        t, _, src = comm.ep_message_seconds("h800", mode="low_latency", operation=p.operation, ep=p.ep_size,
                                           tokens_per_card=128, n_experts=256, top_k=8, hidden=7168, dtype=dtype)
         assert t == pytest.approx(p.latency_s, rel=1e-9), (p.operation, p.ep_size)
         assert src.tables == ("deepep-v1-low-latency-h800",) and not src.carried
     # and each token beyond costs its copies at the NIC's 50 GB/s (EP128: 15 of 16 nodes away)
-    t1, *_ = th.ep_message_seconds("h800", mode="low_latency", operation="dispatch", ep=128, tokens_per_card=128,
+    t1, *_ = comm.ep_message_seconds("h800", mode="low_latency", operation="dispatch", ep=128, tokens_per_card=128,
                                    n_experts=256, top_k=8, hidden=7168, dtype="fp8")
-    t2, *_ = th.ep_message_seconds("h800", mode="low_latency", operation="dispatch", ep=128, tokens_per_card=256,
+    t2, *_ = comm.ep_message_seconds("h800", mode="low_latency", operation="dispatch", ep=128, tokens_per_card=256,
                                    n_experts=256, top_k=8, hidden=7168, dtype="fp8")
     assert t2 - t1 == pytest.approx(128 * 8 * 7168 * (1 + 4 / 128) * (120 / 128) / 50e9, rel=1e-12)
 
 
 def test_normal_kernels_use_the_published_bandwidth():
     # EP32 on 4 nodes: each token crosses to the remote nodes holding one of its experts, at 58 GB/s
-    t, sent, src = th.ep_message_seconds("h800", mode="normal", operation="dispatch", ep=32, tokens_per_card=1000,
+    t, sent, src = comm.ep_message_seconds("h800", mode="normal", operation="dispatch", ep=32, tokens_per_card=1000,
                                          n_experts=256, top_k=8, hidden=7168, dtype="fp8")
     assert sent == pytest.approx(1000 * expected_remote_cards(256, 4, 8) * 7168 * (1 + 4 / 128), rel=1e-12)
     assert t == pytest.approx(sent / 58e9, rel=1e-12)
@@ -582,10 +589,10 @@ def test_normal_kernels_use_the_published_bandwidth():
 def test_carried_costs_are_scaled_and_said():
     # the 910B has no dispatch table: inside a server the 910C's (A3) kernels, beyond it the H800's RDMA rows,
     # both scaled to its own links
-    m8 = th.ep_message_cost("ascend-910b2", mode="normal", operation="dispatch", ep=8)
+    m8 = comm.ep_message_cost("ascend-910b2", mode="normal", operation="dispatch", ep=8)
     a3 = next(p for p in C.dispatch("ascend-910c", 8, "normal", operation="dispatch"))    # EP 8 ranks
     assert m8.intra_bytes_per_s == pytest.approx(a3.bandwidth_bytes_per_s * (196 / (392 / 2)), rel=1e-12)
-    m32 = th.ep_message_cost("ascend-910b2", mode="normal", operation="dispatch", ep=32)
+    m32 = comm.ep_message_cost("ascend-910b2", mode="normal", operation="dispatch", ep=32)
     assert m32.source.measured_on == "h800" and m32.source.carried
     assert m32.inter_bytes_per_s == pytest.approx(58e9 * 25 / 50, rel=1e-12)
     st = th.step(V3, "ascend-910b2", tp=1, dp=32, ep=32, context=2048, concurrency=32 * 16, phase="decode",
@@ -598,20 +605,20 @@ def test_carried_costs_are_scaled_and_said():
 
 
 def test_allreduce_is_the_nccl_fit_scaled_by_link():
-    fit, table, pts = th.allreduce_fit()
+    fit, table, pts = comm.allreduce_fit()
     assert table == "triton-distributed-57-h100-nccl"
     assert 2 * 2**20 in fit.excluded_sizes_bytes          # the 2 MB row is slower than the 4 MB one
     assert fit.max_abs_relative_residual < 0.15
-    t = th.allreduce_seconds("h100", payload_bytes=8 * 2**20, tp=8)
+    t = comm.allreduce_seconds("h100", payload_bytes=8 * 2**20, tp=8)
     assert t == pytest.approx(fit.time_s(8 * 2**20), rel=1e-12)
-    t910 = th.allreduce_seconds("ascend-910b2", payload_bytes=8 * 2**20, tp=8)
+    t910 = comm.allreduce_seconds("ascend-910b2", payload_bytes=8 * 2**20, tp=8)
     assert t910 == pytest.approx(fit.latency_s + 8 * 2**20 / (fit.bandwidth_bytes_per_s * 196 / 450), rel=1e-12)
-    assert th.allreduce_seconds("h100", payload_bytes=1e6, tp=1) == 0
+    assert comm.allreduce_seconds("h100", payload_bytes=1e6, tp=1) == 0
 
 
 def test_mtp_counts_accepted_tokens_and_costs_its_draft():
-    assert th.mtp_acceptance_default() == pytest.approx(0.875)        # the report's 85-90 %
-    assert th.accepted_tokens(3, 0.5) == pytest.approx(0.5 + 0.25 + 0.125)
+    assert speculative.mtp_acceptance_default() == pytest.approx(0.875)        # the report's 85-90 %
+    assert speculative.accepted_tokens(3, 0.5) == pytest.approx(0.5 + 0.25 + 0.125)
     kw = dict(tp=1, dp=16, ep=16, context=4096, concurrency=16 * 32, phase="decode", **PUB)
     off = th.step(V3, "h800", **kw)
     on = th.step(V3, "h800", mtp_steps=1, **kw)
@@ -625,12 +632,12 @@ def test_mtp_counts_accepted_tokens_and_costs_its_draft():
 
 
 def test_imbalance_from_the_eplb_table():
-    assert th.imbalance_factor(None) == (1.0, None)
-    rho, src = th.imbalance_factor(True, ep=32, redundant_experts=32)
+    assert routing.imbalance_factor(None) == (1.0, None)
+    rho, src = routing.imbalance_factor(True, ep=32, redundant_experts=32)
     assert rho == pytest.approx(1.109) and "redundant" in src.note
-    assert "optimistic" in th.imbalance_factor(True, ep=32)[1].note
-    assert th.imbalance_factor(False, experts_per_rank=8)[0] == pytest.approx(2.564)
-    assert th.imbalance_factor(False, experts_per_rank=32)[0] == pytest.approx(1 + 1.564 / 2)
+    assert "optimistic" in routing.imbalance_factor(True, ep=32)[1].note
+    assert routing.imbalance_factor(False, experts_per_rank=8)[0] == pytest.approx(2.564)
+    assert routing.imbalance_factor(False, experts_per_rank=32)[0] == pytest.approx(1 + 1.564 / 2)
     # the sqrt scaling is the table's own: ranks of 8 slots spread like 8 independent slots (within 10 %)
     rank = next(p for p in C.expert_imbalance("rank", eplb="none"))
     slot = next(p for p in C.expert_imbalance("expert_slot", eplb="none"))
@@ -677,19 +684,19 @@ def test_overlap_hides_communication_under_the_other_micro_batch():
 
 def test_overlap_computation_runs_on_the_sms_communication_leaves():
     # DeepSeek's prefill profile: 24 of the H800's 132 SMs to DeepEP's normal kernels, 108 to the computation
-    k, src = th.overlap_compute_slowdown("h800", "normal")
+    k, src = schedule.overlap_compute_slowdown("h800", "normal")
     assert k == pytest.approx(132 / 108) and src.tables == ("deepseek-profile-prefill-overlap",)
     assert not src.carried and src.measured_on == "h800"
-    k100, src100 = th.overlap_compute_slowdown("h100", "normal")
+    k100, src100 = schedule.overlap_compute_slowdown("h100", "normal")
     assert k100 == k and src100.carried and "carried to h100" in src100.note
     # its decode: the low-latency kernels hold no SM, carried or not
     for card in ("h800", "h20", "ascend-910c"):
-        one, dsrc = th.overlap_compute_slowdown(card, "low_latency")
+        one, dsrc = schedule.overlap_compute_slowdown(card, "low_latency")
         assert one == 1.0 and dsrc.tables == ("deepseek-profile-decode-overlap",) and not dsrc.carried
-    ideal, isrc = th.overlap_compute_slowdown("h800", "normal", "ideal")
+    ideal, isrc = schedule.overlap_compute_slowdown("h800", "normal", "ideal")
     assert ideal == 1.0 and isrc.tables == () and "ideal" in isrc.note
     with pytest.raises(UnknownNameError, match="overlap model"):
-        th.overlap_compute_slowdown("h800", "normal", "perfect")
+        schedule.overlap_compute_slowdown("h800", "normal", "perfect")
 
     # EP8 prefill inside a server: NVLink messages are short, every overlapped segment is computation
     kw = dict(tp=1, dp=8, ep=8, context=4096, concurrency=8 * 4, phase="prefill", overlap=True, beyond=False,
@@ -744,7 +751,7 @@ def test_eager_mode_adds_the_published_host_gap():
 
 
 def test_a_profiled_prefill_step_scales_every_prefill_step():
-    from pdcalc import costs
+    from pdcalc.perf import costs
 
     p = next(q for q in costs.overheads("h800") if q.what == "profiled_step")
     assert (p.phase, p.ep_size, p.tokens_per_batch, p.context_tokens) == ("prefill", 32, 16384, 4096)
@@ -753,7 +760,7 @@ def test_a_profiled_prefill_step_scales_every_prefill_step():
     # at the profile's own conditions the scaled step gives the profiled rate per node, and the kernels alone k x it
     kw = dict(tp=1, dp=p.ep_size, ep=p.ep_size, context=p.context_tokens, phase="prefill", quant=p.dtype,
               concurrency=p.tokens_per_batch * p.ep_size / p.context_tokens, costs="published", overlap=True)
-    node = th.get_card(p.card).cards_per_node
+    node = cards_mod.get_card(p.card).cards_per_node
     full, kernels = th.step(V3, p.card, **kw), th.step(V3, p.card, beyond=False, **kw)
     assert float(full.tokens) / full.cards == p.tokens_per_batch                # 16K tokens per GPU, as profiled
     assert float(full.tokens_per_s_per_card) * node == pytest.approx(p.node_tokens_per_s, rel=1e-12)

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from pdcalc import transfer
-from pdcalc.errors import LayoutError, UnknownNameError
-from pdcalc.kv_cache import kv_bytes
-from pdcalc.transfer import Link, Measurement, exposed_seconds, fit_link, link, measurement, request_bytes
+from pdcalc.core.errors import LayoutError, UnknownNameError
+from pdcalc.model.kv_cache import kv_bytes
+from pdcalc.perf import transfer
+from pdcalc.perf.transfer import Measurement, exposed_seconds, fit_link, link, measurement, request_bytes
 
 # Qwen3-8B config.json: num_hidden_layers 36, num_key_value_heads 8, head_dim 128; K and V in BF16.
 QWEN3_8B_KV_BYTES_PER_TOKEN = 36 * 8 * 128 * 2 * 2

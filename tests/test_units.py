@@ -1,7 +1,7 @@
 import pytest
 
-from pdcalc import units
-from pdcalc.errors import UnknownNameError
+from pdcalc.core import units
+from pdcalc.core.errors import UnknownNameError
 
 
 def test_gb_and_gib_are_different_units():
@@ -35,7 +35,7 @@ def test_round_trip(unit):
 
 
 def test_unknown_name_lists_all_or_the_closest():
-    from pdcalc.errors import UnknownNameError
+    from pdcalc.core.errors import UnknownNameError
 
     few = UnknownNameError("card", "h900", ["h800", "h20", "h200"])
     assert str(few) == "unknown card 'h900'; known: h20, h200, h800"

@@ -1,4 +1,4 @@
-"""The V3 article's tables as rebuilt by pdcalc.audit.v3_deploy: every printed cell is the registry's printed
+"""The V3 article's tables as rebuilt by pdcalc.audit.v3_tables: every printed cell is the registry's printed
 value, every recomputed cell the registered recomputation, and each lost table says it is reconstructed."""
 
 import math
@@ -6,13 +6,16 @@ import math
 import pandas as pd
 import pytest
 
-from pdcalc import claims
-from pdcalc.audit import v3_deploy as v3
-from pdcalc.hardware import get_card
-from pdcalc.model import load_config
-from pdcalc.units import GB, GiB, MiB, TiB
+from pdcalc.audit import claims, v3_article, v3_memory, v3_tp
+from pdcalc.audit import registry as registry_
+from pdcalc.audit import registry as registry__
+from pdcalc.audit import v3_tables as v3
+from pdcalc.book import rebuilt
+from pdcalc.core.units import GB, GiB, MiB, TiB
+from pdcalc.hardware.cards import get_card
+from pdcalc.model.config import load_config
 
-P = claims.printed_value
+P = registry_.printed_value
 CFG = load_config("deepseek-v3")
 RECONSTRUCTED = {"tp_comparison", "replicas", "card_options", "expert_tiers", "per_card", "storage_plan"}
 CONSISTENT = {"kv_units", "tp_same_basis"}
@@ -45,12 +48,12 @@ def test_every_table_states_its_provenance(tables, name):
     assert ("Reconstructed from the prose of §" in cap) is (kind == "reconstructed")
     assert ("Not a table of the article" in cap) is (kind == "consistent")
     assert ("As printed in §" in cap) is (kind == "printed")
-    assert df.attrs["section"] in v3.SECTIONS["v3"]
+    assert df.attrs["section"] in v3_article.SECTIONS["v3"]
 
 
 @pytest.mark.parametrize("name", sorted(RECONSTRUCTED))
 def test_the_styled_reconstructed_tables_carry_the_mark(tables, name):
-    html = v3.styled(tables[name]).to_html()
+    html = rebuilt.styled(tables[name]).to_html()
     assert "Reconstructed from the prose of §" in html
     assert f'id="T_{tables[name].attrs["id"]}"' in html
 
@@ -104,10 +107,10 @@ def test_consistent_tables_print_nothing_and_judge_nothing(tables, name):
 
 
 def test_shown_keeps_the_printed_decimals(tables):
-    kv = v3.shown(tables["kv_requirement"])
+    kv = rebuilt.shown(tables["kv_requirement"])
     assert kv.loc["MLA KV per token", "article"] == "0.070"           # not 0.07
     assert kv.loc["compression ratio", "article"] == "23.8"
-    tp = v3.shown(tables["tp_comparison"])
+    tp = rebuilt.shown(tables["tp_comparison"])
     assert tp.loc[16, ("all-reduce (ms)", "article")] == "49.0"
     assert tp.loc[4, ("communication share (%)", "article")] == "—"   # not printed for TP=4
 
@@ -117,7 +120,7 @@ def test_printed_values_for_glue():
     assert pv["a_2_3_1_kv_mla_per_token"] == "0.070"
     assert pv["a_2_2_2_comm_bytes_per_layer"] == "2,348,810,240"
     assert pv["a_2_2_2_overlap_rate_range_lo"] == "70" and pv["a_2_2_2_overlap_rate_range_hi"] == "80"
-    in_sections = [c for c in claims.claims("v3") if c.section in v3.SECTIONS["v3"]]
+    in_sections = [c for c in claims.claims("v3") if c.section in v3_article.SECTIONS["v3"]]
     assert len(pv) == sum(2 if isinstance(c.value, tuple) else 1 for c in in_sections)
 
 
@@ -140,7 +143,7 @@ def test_tp_same_basis_ratio_does_not_depend_on_tokens(tables):
         r_big = v3.allreduce_ms(tp, 80 * 2048) / v3.compute_ms(80 * 2048)
         assert r80 == pytest.approx(r_big, rel=1e-12)
         assert df.loc[tp, "same tokens: all-reduce / compute (x)"] == pytest.approx(r_big, rel=REL)
-        assert df.loc[tp, "same tokens: communication share (%)"] == pytest.approx(v3.matched_comm_share(tp), rel=REL)
+        assert df.loc[tp, "same tokens: communication share (%)"] == pytest.approx(v3_tp.matched_comm_share(tp), rel=REL)
         assert 20 < df.loc[tp, "same tokens: communication share (%)"] < 30      # a quarter, not 99.9%
         assert df.loc[tp, "article's basis: all-reduce / compute (x)"] > 600
 
@@ -212,7 +215,7 @@ def test_per_card_with_all_weights(tables):
     col = [c for c in df.columns if c.startswith("with all weights")][0]
     total = (46.2 + 1224.4) / 8 + 1.14 + 1.86 + 5.59
     assert df.loc["per-card total", col] == pytest.approx(total, rel=1e-12)
-    assert v3.per_card_all_weights_gib() == pytest.approx(total, rel=1e-12)
+    assert v3_memory.per_card_all_weights_gib() == pytest.approx(total, rel=1e-12)
     hbm = get_card("ascend-910b2").hbm_bytes / GiB
     assert df.loc["HBM per card", col] == hbm == 64
     assert df.loc["headroom", col] == pytest.approx(hbm - total, rel=1e-12) and df.loc["headroom", col] < 0
@@ -230,7 +233,7 @@ def test_storage_plan_needs(tables):
     need = "what the article puts there, by its own numbers"
     assert df.loc["SSD", need] == pytest.approx(1224.4 * GiB / TiB, rel=1e-12)
     assert df.loc["CPU memory", need] == pytest.approx(16 * 84.0 * MiB / GiB, rel=1e-12)
-    assert df.loc["GPU HBM, per card", need] == pytest.approx(v3.per_card_all_weights_gib(), rel=1e-12)
+    assert df.loc["GPU HBM, per card", need] == pytest.approx(v3_memory.per_card_all_weights_gib(), rel=1e-12)
 
 
 def test_memory_helpers_by_hand():
@@ -246,50 +249,50 @@ def test_memory_helpers_by_hand():
 @pytest.mark.parametrize("name", sorted(v3.TABLES))
 def test_every_printed_number_is_shown_as_printed(tables, name):
     df = tables[name]
-    out, _ = v3.page_frame(df, transpose=name in CONSISTENT)
+    out, _ = rebuilt.page_frame(df, transpose=name in CONSISTENT)
     shown = set(out.astype(str).to_numpy().ravel())
     for _, _, _, cid in df.attrs["cells"]:
-        printed = f"{P(cid):,.{v3._decimals(claims.get_claim(cid).printed, P(cid))}f}"
+        printed = f"{P(cid):,.{registry__.printed_decimals(claims.get_claim(cid).printed, P(cid))}f}"
         assert printed in shown, (cid, printed)
 
 
 @pytest.mark.parametrize("name", sorted(v3.TABLES))
 def test_the_page_layout_fits_a_column(tables, name):
-    out, sev = v3.page_frame(tables[name], transpose=name in CONSISTENT)
+    out, sev = rebuilt.page_frame(tables[name], transpose=name in CONSISTENT)
     assert out.shape[1] <= 8 and len(sev) == len(out)
 
 
 @pytest.mark.parametrize("name", sorted(v3.TABLES))
 def test_page_table_keeps_the_caption_and_the_reconstructed_mark(tables, name):
     df = tables[name]
-    html = v3.page_table(df, transpose=name in CONSISTENT).data
+    html = rebuilt.page_table(df, transpose=name in CONSISTENT).data
     assert df.attrs["caption"].split(".")[0] in html
     if df.attrs["reconstructed"]:
         assert "Reconstructed from the prose" in html and "the article&#x27;s table is lost" in html
 
 
 def test_errata_rows_carry_their_severity(tables):
-    out, sev = v3.page_frame(tables["per_card"])
+    out, sev = rebuilt.page_frame(tables["per_card"])
     row = list(out["item"]).index("per-card total")
     assert out["verdict"][row] == "erratum" and sev[row] == claims.get_claim("v3-2.3.3-per-card-total").severity
-    html = v3.page_table(tables["per_card"]).data
+    html = rebuilt.page_table(tables["per_card"]).data
     assert f"erratum · {sev[row]}" in html
 
 
 def test_wide_tables_become_one_row_per_number(tables):
-    out, _ = v3.page_frame(tables["tp_comparison"])
+    out, _ = rebuilt.page_frame(tables["tp_comparison"])
     assert list(out.columns) == ["TP", "quantity", "article", "recomputed", "verdict"]
     slip = out[(out["TP"] == "16") & (out["quantity"] == "all-reduce (ms)")].iloc[0]
     assert slip["article"] == "49.0" and slip["verdict"] == "erratum"
 
 
 def test_yes_no_columns_become_one_row_naming_what_holds(tables):
-    out, _ = v3.page_frame(tables["replicas"])
+    out, _ = rebuilt.page_frame(tables["replicas"])
     meets = out[out["quantity"].str.startswith("meets")]
     assert len(meets) == 4 and meets["recomputed"].iloc[-1] == "peak, expected, conservative"
     assert meets["recomputed"].iloc[0] == "none"
 
 
 def test_consistent_tables_transposed(tables):
-    out, _ = v3.page_frame(tables["tp_same_basis"], transpose=True)
+    out, _ = rebuilt.page_frame(tables["tp_same_basis"], transpose=True)
     assert list(out.columns) == ["quantity", "4", "8", "16"]

@@ -27,14 +27,17 @@ import math
 import pandas as pd
 import pytest
 
-from pdcalc import measurements as M
-from pdcalc import charts
-from pdcalc import validation as V
-from pdcalc import throughput as th
-from pdcalc.errors import LayoutError, UnknownNameError
-from pdcalc.memory import card_weights
-from pdcalc.quant import V4_ASCEND_W8A8
-from pdcalc.units import GB, GiB
+from pdcalc.book import charts
+from pdcalc.core.errors import LayoutError, UnknownNameError
+from pdcalc.core.units import GB, GiB
+from pdcalc.layout.memory import card_weights
+from pdcalc.model.quant import V4_ASCEND_W8A8
+from pdcalc.perf import step as th
+from pdcalc.reality import bands as bands_mod
+from pdcalc.reality import measurements as M
+from pdcalc.reality import memory_checks, throughput_runs
+from pdcalc.reality import validation as V
+from pdcalc.reality import weights as weights_mod
 
 TABLE = V.table()
 PREDICTIONS = {p.id: p for p in V.predictions()}
@@ -86,13 +89,13 @@ PINNED_THROUGHPUT_BANDS = {
 
 
 def test_band_widths_are_pinned():
-    assert set(V.BANDS) == set(PINNED_BANDS)
+    assert set(bands_mod.BANDS) == set(PINNED_BANDS)
     for kind, (low, high) in PINNED_BANDS.items():
-        assert (V.BANDS[kind].low, V.BANDS[kind].high) == pytest.approx((low, high), rel=1e-12), kind
-    assert all(len(b.why) > 40 for b in V.BANDS.values())
-    assert set(V.THROUGHPUT_BANDS) == set(PINNED_THROUGHPUT_BANDS)
+        assert (bands_mod.BANDS[kind].low, bands_mod.BANDS[kind].high) == pytest.approx((low, high), rel=1e-12), kind
+    assert all(len(b.why) > 40 for b in bands_mod.BANDS.values())
+    assert set(bands_mod.THROUGHPUT_BANDS) == set(PINNED_THROUGHPUT_BANDS)
     for mid, (low, high) in PINNED_THROUGHPUT_BANDS.items():
-        b = V.THROUGHPUT_BANDS[mid]
+        b = bands_mod.THROUGHPUT_BANDS[mid]
         assert (b.low, b.high) == pytest.approx((low, high), rel=1e-12), mid
         assert b.gap == (not low <= 1 <= high) and len(b.why) > 30, mid
         assert high / low == pytest.approx(1.21, abs=0.03), mid     # 10 % either side, rounded outwards
@@ -100,10 +103,10 @@ def test_band_widths_are_pinned():
 
 def test_every_predicted_throughput_has_its_own_band():
     thr = TABLE[TABLE.group == "throughput"]
-    assert set(thr["id"]) == set(V.THROUGHPUT_BANDS)
+    assert set(thr["id"]) == set(bands_mod.THROUGHPUT_BANDS)
     assert len(thr) >= 8
     assert {"prefill_throughput", "decode_throughput"} <= set(thr["quantity"])
-    cards = {V.throughput_setup(i).card for i in thr["id"]}
+    cards = {throughput_runs.throughput_setup(i).card for i in thr["id"]}
     assert {"h800", "ascend-910c"} <= cards and any(c.startswith("ascend") for c in cards)
 
 
@@ -118,7 +121,7 @@ def test_measured_equals_the_registry(row):
     m = M.get(row["id"])
     want = m.value * 1e-3 if m.unit == "ms" else m.value_si
     assert row["measured"] == want
-    assert row["unit"] == V.SI_UNITS[m.quantity]
+    assert row["unit"] == bands_mod.SI_UNITS[m.quantity]
     assert row["quote"] == m.quote and row["source"] == m.source
     assert row["ratio"] == pytest.approx(row["predicted"] / row["measured"], rel=1e-12)
     assert row["low"] <= row["predicted"] <= row["high"]
@@ -156,13 +159,13 @@ def test_every_model_dependent_prediction_has_a_preset():
     # transfer predictions need only bytes (the Mooncake set is Qwen3-8B); every other one needs the model
     for p in PREDICTIONS.values():
         m = M.get(p.id)
-        if V.GROUPS[m.quantity] != "KV transfer":
-            assert m.model in V.MODEL_PRESETS, m.id
+        if bands_mod.GROUPS[m.quantity] != "KV transfer":
+            assert m.model in bands_mod.MODEL_PRESETS, m.id
 
 
 # ---------------------------------------------------------------------------------- weights
 def test_v3_w8a8_weights_match_with_either_mtp_state():
-    df = V.weight_candidates("vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card")
+    df = weights_mod.weight_candidates("vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card")
     assert df["consistent"].all() and len(df) == 2
     assert df["ratio"].between(0.98, 1.02).all()
     # the log matches the MTP draft loaded more closely (0.1 % vs 1.7 %)
@@ -175,16 +178,16 @@ def test_r1_h20_measurement_lies_inside_the_range_of_consistent_layouts():
     p = PREDICTIONS["vllm-13074-r1-h20-3e-weights-per-card"]
     meas = M.get(p.id).value_si
     assert p.low < meas < p.high
-    df = V.weight_candidates(p.id)
+    df = weights_mod.weight_candidates(p.id)
     assert len(df[df["consistent"]]) == 4 and not df.iloc[-1]["consistent"]
 
 
 def test_v4_flash_w8a8_weights_as_loaded_within_3_percent():
-    df = V.weight_candidates("vllm-ascend-13439-v4flash-weights-per-card")
+    df = weights_mod.weight_candidates("vllm-ascend-13439-v4flash-weights-per-card")
     chosen = df[df["chosen"]].iloc[0]
     assert (chosen["ep"], chosen["tp"], chosen["mtp"], chosen["scheme"]) == (8, 1, True, V4_ASCEND_W8A8)
     ok = df[df["consistent"]]
-    assert len(ok) == len(V.V4_LOG_BATCHED_TOKENS) and (ok["scheme"] == V4_ASCEND_W8A8).all()
+    assert len(ok) == len(bands_mod.V4_LOG_BATCHED_TOKENS) and (ok["scheme"] == V4_ASCEND_W8A8).all()
     assert ((ok["ratio"] - 1).abs() < 0.03).all()            # every open max-num-batched-tokens
     # the checkpoint and the loader alone fall short; the buffers built with the model close the gap
     bare = df[df["candidate"].str.contains("no load buffers")].iloc[0]
@@ -196,27 +199,27 @@ def test_v4_flash_w8a8_weights_as_loaded_within_3_percent():
 
 def test_stage_weights_add_up_to_the_whole_card():
     for split in ("vllm", "last"):
-        stages = [V.stage_weights("deepseek-v3", "fp8", ep=8, tp=8, pp=2, stage=s, split=split) for s in (0, 1)]
+        stages = [weights_mod.stage_weights("deepseek-v3", "fp8", ep=8, tp=8, pp=2, stage=s, split=split) for s in (0, 1)]
         assert sum(stages) == pytest.approx(card_weights("deepseek-v3", "fp8", ep=8, tp=8).total_bytes, rel=1e-12)
-    assert V.stage_weights("deepseek-v3", "w8a8", ep=16, tp=4, mtp=True) == \
+    assert weights_mod.stage_weights("deepseek-v3", "w8a8", ep=16, tp=4, mtp=True) == \
         card_weights("deepseek-v3", "w8a8", ep=16, tp=4, mtp=True).total_bytes
 
 
 def test_pp_layers_follow_vllm():
-    assert V.pp_layers(61, 2, 0) == (0, 31) and V.pp_layers(61, 2, 1) == (31, 61)
-    assert V.pp_layers(61, 2, 0, "last") == (0, 30) and V.pp_layers(61, 2, 1, "last") == (30, 61)
-    assert [V.pp_layers(10, 4, s) for s in range(4)] == [(0, 2), (2, 5), (5, 8), (8, 10)]
+    assert weights_mod.pp_layers(61, 2, 0) == (0, 31) and weights_mod.pp_layers(61, 2, 1) == (31, 61)
+    assert weights_mod.pp_layers(61, 2, 0, "last") == (0, 30) and weights_mod.pp_layers(61, 2, 1, "last") == (30, 61)
+    assert [weights_mod.pp_layers(10, 4, s) for s in range(4)] == [(0, 2), (2, 5), (5, 8), (8, 10)]
     with pytest.raises(LayoutError):
-        V.pp_layers(61, 2, 2)
+        weights_mod.pp_layers(61, 2, 2)
     with pytest.raises(LayoutError):
-        V.pp_layers(61, 2, 0, "middle")
+        weights_mod.pp_layers(61, 2, 0, "middle")
     with pytest.raises(LayoutError):
-        V.stage_weights("deepseek-v3", "fp8", ep=8, tp=8, pp=2, mtp=True)
+        weights_mod.stage_weights("deepseek-v3", "fp8", ep=8, tp=8, pp=2, mtp=True)
 
 
 def test_weight_candidates_unknown_id():
     with pytest.raises(UnknownNameError):
-        V.weight_candidates("no-such-measurement")
+        weights_mod.weight_candidates("no-such-measurement")
 
 
 def test_scheme_override_changes_the_weights_only():
@@ -229,21 +232,21 @@ def test_scheme_override_changes_the_weights_only():
 
 
 # ---------------------------------------------------------------------------------- KV cache
-@pytest.mark.parametrize("mid", list(V._BUDGETS))
+@pytest.mark.parametrize("mid", list(memory_checks.BUDGET_SPECS))
 def test_logged_overheads_are_in_the_quote(mid):
-    spec = V._BUDGETS[mid]
+    spec = memory_checks.BUDGET_SPECS[mid]
     line = M.get(mid).quote + " " + M.get(spec.weights).quote     # one log line, split over two entries
     assert all(text in line for text in spec.logged)
 
 
 def test_visible_memory_matches_the_logs():
-    assert V._card("ascend-910b2").usable_base_bytes / GiB == pytest.approx(60.96, abs=0.005)
+    assert memory_checks._card("ascend-910b2").usable_base_bytes / GiB == pytest.approx(60.96, abs=0.005)
     assert "60.96" in M.get("vllm-ascend-13439-v4flash-kv-cache-per-card").card
-    assert str(V.H20_3E_VISIBLE_GIB) in M.get("vllm-13074-r1-h20-3e-kv-cache-per-card").card
+    assert str(memory_checks.H20_3E_VISIBLE_GIB) in M.get("vllm-13074-r1-h20-3e-kv-cache-per-card").card
 
 
 def test_budget_equation_reproduces_the_logs_from_their_own_weights():
-    t = V.kv_budget_table()
+    t = memory_checks.kv_budget_table()
     # 2-decimal GiB printing: within 0.01 GiB
     assert (t["KV from logged weights (GiB)"] - t["KV, measured (GiB)"]).abs().max() < 0.01
     # the KV error with pdcalc's weights is the weight error, nothing else
@@ -276,9 +279,9 @@ def test_vllm_fp8_mla_capacity():
 def test_throughput_rows_are_the_published_cost_step_with_the_roofline_beside_it():
     thr = TABLE[TABLE.group == "throughput"].set_index("id")
     for mid, row in thr.iterrows():
-        setup = V.throughput_setup(mid)
-        after, st = V.predict_throughput(setup, "published")
-        before, _ = V.predict_throughput(setup, "roofline")
+        setup = throughput_runs.throughput_setup(mid)
+        after, st = throughput_runs.predict_throughput(setup, "published")
+        before, _ = throughput_runs.predict_throughput(setup, "roofline")
         assert row["predicted"] == pytest.approx(after, rel=1e-12)
         assert row["before"] == pytest.approx(before, rel=1e-12)
         assert st.costs == "published" and st.cost_sources
@@ -291,12 +294,12 @@ def test_throughput_rows_are_the_published_cost_step_with_the_roofline_beside_it
 
 
 def test_no_cost_comes_from_a_throughput_figure():
-    from pdcalc import costs
+    from pdcalc.perf import costs
 
     tables = {p.table_id for p in costs.points()}
     ids = set(M.ids())
     for p in PREDICTIONS.values():
-        if V.GROUPS[M.get(p.id).quantity] != "throughput":
+        if bands_mod.GROUPS[M.get(p.id).quantity] != "throughput":
             continue
         used = {t for s in p.cost_sources for t in s.tables}
         assert used and used <= tables, (p.id, used - tables)
@@ -307,26 +310,26 @@ def test_no_cost_comes_from_a_throughput_figure():
 
 
 def test_setups_read_the_stated_conditions():
-    s = V.throughput_setup("lmsys-96xh100-prefill-per-node-4k-perfect-eplb")
+    s = throughput_runs.throughput_setup("lmsys-96xh100-prefill-per-node-4k-perfect-eplb")
     assert (s.card, s.quant, s.tp, s.dp, s.ep, s.context) == ("h100", "fp8", 1, 32, 32, 4096)
     assert s.concurrency == 16384 * 32 / 4096 and s.eplb is None and s.overlap and s.scale == 8
-    d = V.throughput_setup("lmsys-96xh100-prefill-per-node-4k")
+    d = throughput_runs.throughput_setup("lmsys-96xh100-prefill-per-node-4k")
     assert d.eplb is True and d.redundant_experts == 32                  # the default expert distribution
-    c = V.throughput_setup("cann-recipes-a3-r1-w8a8c8-decode-per-chip")
+    c = throughput_runs.throughput_setup("cann-recipes-a3-r1-w8a8c8-decode-per-chip")
     assert (c.ep, c.dp, c.kv_bytes, c.mtp_steps, c.mtp_acceptance) == (64, 64, 1.0, 1, 0.7)   # 128 dies = 64 chips
     assert c.concurrency == 96 * 64 and c.eplb is None
-    g = V.throughput_setup("sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50")
+    g = throughput_runs.throughput_setup("sglang-ascend-a3-r1-w8a8-32card-pd-3500-1500-tpot50")
     assert (g.ep, g.mtp_steps, g.scale) == (16, 2, 16 / 32)            # SGLang: 3 draft tokens = 2 steps + 1
     gm = V.reg.get(g.id)                                               # decoding: output rate x measured TPOT
     assert g.context == 3500 + 1500 / 2 and g.little and gm.concurrency == 832
     assert g.concurrency == pytest.approx(gm.value * gm.cards / gm.decode_cards * gm.tpot_ms * 1e-3
                                           * gm.decode_cards, rel=1e-12)
     assert g.concurrency < gm.concurrency
-    t = V.throughput_setup("trtllm-h200-r1-fp8-min-latency-batch1")
+    t = throughput_runs.throughput_setup("trtllm-h200-r1-fp8-min-latency-batch1")
     assert (t.tp, t.dp, t.ep, t.mtp_steps, t.concurrency) == (8, 1, None, 3, 1)
-    a = V.throughput_setup("trtllm-h200-r1-fp8-max-throughput")
+    a = throughput_runs.throughput_setup("trtllm-h200-r1-fp8-max-throughput")
     assert a.aggregated == (1024, 2048) and a.concurrency == 1024
-    dsk = V.throughput_setup("deepseek-prod-h800-decode-per-node")
+    dsk = throughput_runs.throughput_setup("deepseek-prod-h800-decode-per-node")
     assert dsk.little and dsk.concurrency == pytest.approx(14.8e3 / 8 / 21 * 144, rel=1e-12)
 
 
@@ -336,8 +339,8 @@ def test_unpredictable_throughputs_say_why():
     assert "W4A8" in r["sglang-ascend-a3-r1-w4a8-16card-pd-2048-2048-tpot50"]
     assert "not a card preset" in r["vllm-gb200-decode-per-gpu"]
     assert "not stated" in r["cloudmatrix384-r1-decode-per-npu-tpot15"]
-    with pytest.raises(V.NotPredictable):
-        V.throughput_setup("vllm-h200-wide-ep-decode-per-gpu")
+    with pytest.raises(throughput_runs.NotPredictable):
+        throughput_runs.throughput_setup("vllm-h200-wide-ep-decode-per-gpu")
 
 
 def test_throughput_summary_and_the_serial_what_if():
@@ -353,7 +356,7 @@ def test_throughput_summary_and_the_serial_what_if():
     ideal = V.table(overlap_model="ideal").set_index("id")
     k_pub, k_ideal = (th.beyond_kernels("prefill", m)[0] for m in ("published", "ideal"))
     for mid in every["id"]:
-        p, setup = PREDICTIONS[mid], V.throughput_setup(mid)
+        p, setup = PREDICTIONS[mid], throughput_runs.throughput_setup(mid)
         if setup.overlap:                                       # both what-ifs lie in the range
             for what_if in (serial, ideal):
                 assert p.low * (1 - 1e-12) <= what_if.loc[mid, "predicted"] <= p.high * (1 + 1e-12), mid
@@ -363,7 +366,7 @@ def test_throughput_summary_and_the_serial_what_if():
             scale = k_pub / k_ideal if setup.phase == "prefill" else 1.0
             if setup.aggregated is None:
                 assert ideal.loc[mid, "predicted"] == pytest.approx(p.predicted * scale, rel=1e-12), mid
-    stated = [i for i in thr["id"] if V.throughput_setup(i).overlap]
+    stated = [i for i in thr["id"] if throughput_runs.throughput_setup(i).overlap]
     assert s["thr_n_overlap"] == len(stated) and s["thr_med_overlap_ideal"] == pytest.approx(
         (100 * (ideal.loc[stated, "ratio"] - 1).abs()).median())
     assert s["thr_med_overlap_serial"] == pytest.approx((100 * (serial.loc[stated, "ratio"] - 1).abs()).median())
@@ -372,8 +375,8 @@ def test_throughput_summary_and_the_serial_what_if():
     kernels = V.table(beyond=False).set_index("id")
     for mid in every["id"]:                                  # the profiled step scales prefill, never decode
         r = TABLE.set_index("id").loc[mid]
-        k = s["beyond_prefill"] if V.throughput_setup(mid).phase == "prefill" else 1.0
-        if V.throughput_setup(mid).aggregated is None:
+        k = s["beyond_prefill"] if throughput_runs.throughput_setup(mid).phase == "prefill" else 1.0
+        if throughput_runs.throughput_setup(mid).aggregated is None:
             assert kernels.loc[mid, "predicted"] == pytest.approx(r["predicted"] * k, rel=1e-9), mid
     # a check, not an input: cann-recipes' micro-batch gain over the same run without micro-batches, which the
     # SMs held by communication give and an ideal overlap overstates
@@ -382,7 +385,7 @@ def test_throughput_summary_and_the_serial_what_if():
 
 
 def test_runs_from_the_profiled_rates_source_are_in_sample():
-    from pdcalc import costs
+    from pdcalc.perf import costs
 
     prof = next(p for p in costs.overheads() if p.what == "profiled_step")
     rows = TABLE[TABLE.group == "throughput"].set_index("id")
@@ -427,7 +430,7 @@ def test_carried_costs_and_card_sources():
 
 
 def test_transfer_time_is_the_fitted_link():
-    from pdcalc import transfer as tr
+    from pdcalc.perf import transfer as tr
 
     p = PREDICTIONS["mooncake-vllm-pd-h800-qwen3-8b-32k-transfer-time"]
     assert p.predicted == pytest.approx(tr.fit_link().seconds(4608 * 2**20), rel=1e-12)
@@ -454,7 +457,7 @@ def test_show_and_chart():
 
 def test_band_must_contain_one():
     with pytest.raises(LayoutError):
-        V.Band(1.1, 2.0, "x")
+        bands_mod.Band(1.1, 2.0, "x")
     assert isinstance(TABLE, pd.DataFrame)
 
 
@@ -463,7 +466,7 @@ def test_band_must_contain_one():
 # logged weights for a layout
 # ---------------------------------------------------------------------------------------------
 def test_logged_weights_v4_flash_ep8_is_the_vllm_ascend_log():
-    w = V.logged_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, tp=1, mtp=True)
+    w = weights_mod.logged_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=8, tp=1, mtp=True)
     m = M.get("vllm-ascend-13439-v4flash-weights-per-card")
     assert w is not None and w.id == m.id and w.source == m.source and w.url == m.url
     assert w.bytes == pytest.approx(m.value * GiB, rel=1e-12)          # printed in GiB
@@ -473,7 +476,7 @@ def test_logged_weights_v4_flash_ep8_is_the_vllm_ascend_log():
 def test_logged_weights_v3_dp4tp4_reads_gb_as_gib_and_either_mtp_reading():
     m = M.get("vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card")
     for mtp in (True, False):                       # the source leaves the MTP draft open
-        w = V.logged_weights("deepseek-v3", "w8a8", ep=16, tp=4, mtp=mtp)
+        w = weights_mod.logged_weights("deepseek-v3", "w8a8", ep=16, tp=4, mtp=mtp)
         assert w is not None and w.id == m.id
         assert w.bytes == pytest.approx(m.value * GiB, rel=1e-12)      # vLLM's "GB" is bytes / 2**30
         assert w.bytes != pytest.approx(m.value * GB, rel=1e-3)
@@ -493,12 +496,12 @@ def test_logged_weights_v3_dp4tp4_reads_gb_as_gib_and_either_mtp_reading():
     ("deepseek-v3", "fp8", 16, 16, False),          # ... and TP16 is shown for comparison only
 ])
 def test_logged_weights_none_for_any_other_layout(model, quant, ep, tp, mtp):
-    assert V.logged_weights(model, quant, ep=ep, tp=tp, mtp=mtp) is None
+    assert weights_mod.logged_weights(model, quant, ep=ep, tp=tp, mtp=mtp) is None
 
 
 def test_logged_weights_does_not_match_a_config_file_or_an_unknown_model(tmp_path):
-    assert V.logged_weights(tmp_path / "config.json", "w8a8", ep=8) is None
-    assert V.logged_weights("deepseek-v4-flash-article", "w8a8", ep=8) is None
+    assert weights_mod.logged_weights(tmp_path / "config.json", "w8a8", ep=8) is None
+    assert weights_mod.logged_weights("deepseek-v4-flash-article", "w8a8", ep=8) is None
 
 
 def test_cross_validation_never_divides_a_prediction_by_its_own_source():

@@ -155,7 +155,7 @@ def _plan_8192() -> str:
 def _step_vectorized() -> str:
     import numpy as np
 
-    from pdcalc.throughput import step
+    from pdcalc.perf.step import step
 
     L = np.arange(1, 8193)
     step("deepseek-v3", "ascend-910b2", tp=8, dp=4, context=2048, concurrency=80, phase="decode")  # warm caches
@@ -167,7 +167,7 @@ def _step_vectorized() -> str:
 
 @measurement("prefill FLOPs of a 1M-token prompt", "pdcalc.flops.prefill_flops(V4-Flash, 1,048,576) (mean of 100 calls)")
 def _prefill_flops() -> str:
-    from pdcalc.flops import prefill_flops
+    from pdcalc.perf.flops import prefill_flops
 
     prefill_flops("deepseek-v4-flash", 10)
     t0 = time.perf_counter()
@@ -177,7 +177,8 @@ def _prefill_flops() -> str:
 
 
 def _planner_case():
-    from pdcalc.plan import Setup, Workload, sides
+    from pdcalc.plan.roles import sides
+    from pdcalc.plan.workload import Setup, Workload
 
     setup = Setup(model="deepseek-v3", quant="w8a8", card="ascend-910b2", cards=128, mtp=False, engine="vllm",
                   tp_options=(1, 2, 4, 8))
@@ -188,7 +189,7 @@ def _planner_case():
 @measurement("planner: vectorized vs loop", "pdcalc.plan.evaluate (numpy over the grid) and evaluate_loop "
              "(plain Python) on the same 128-card V3 grid, layouts precomputed")
 def _planner() -> str:
-    from pdcalc.plan import evaluate, evaluate_loop
+    from pdcalc.plan.splits import evaluate, evaluate_loop
 
     setup, work, p, d = _planner_case()
     out = []
@@ -206,7 +207,7 @@ def _planner() -> str:
 def _rerun() -> str:
     import tempfile
 
-    from pdcalc.rerun import rerun
+    from pdcalc.book.rerun import rerun
 
     with tempfile.TemporaryDirectory() as tmp:
         res = rerun("per_card", {"card": "ascend-910b4-32g", "d_ep": 16}, outdir=tmp)

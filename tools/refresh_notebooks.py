@@ -24,7 +24,6 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nbrun import REPO, execute, toc_notebooks  # noqa: E402
 
-
 ALTAIR_ID = re.compile(r"altair-viz-[0-9a-f]{32}")
 #: An object repr's memory address (a pandas Styler's text/plain), different on every run.
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")

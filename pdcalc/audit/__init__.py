@@ -1,6 +1,4 @@
-"""Recomputations of the articles' numbers, one module per chapter.
-
-Importing this package registers every recomputation with :func:`pdcalc.claims.recomputes`.
+"""The two articles: every printed number (the claims registry), its recomputation per section group, the
+errata and the findings, and what to run instead of each article's deployment.
+May import: every layer below it (core, hardware, model, layout, perf, reality, plan).
 """
-
-from pdcalc.audit import architecture, budgets, mooncake, pd_split, per_card, v3_deploy  # noqa: F401

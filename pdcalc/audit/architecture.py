@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from functools import cache
 
-from pdcalc.registry import _REGISTRY, printed_value, recomputes
-from pdcalc.hardware import get_card
-from pdcalc.inventory import get_inventory
-from pdcalc.model import load_config
-from pdcalc.quant import V4_ASCEND_W8A8
-from pdcalc.units import GB, GiB, MB, MiB
+from pdcalc.audit.registry import printed_value, recomputes, registered_by
+from pdcalc.core.units import GB, MB, GiB, MiB
+from pdcalc.hardware.cards import get_card
+from pdcalc.model.config import load_config
+from pdcalc.model.inventory import get_inventory
+from pdcalc.model.quant import V4_ASCEND_W8A8
 
-_BEFORE = set(_REGISTRY)
 V3, V4 = "deepseek-v3", "deepseek-v4-flash"
 V4A = "deepseek-v4-flash-article"
 
@@ -31,7 +30,7 @@ def _inv(name):
     return get_inventory(name)
 
 
-def _p(name, category=None, part="main"):
+def params_of(name, category=None, part="main"):
     return _inv(name).params(category=category, part=part)
 
 
@@ -43,15 +42,15 @@ def v3_expert_params() -> int:
 
 def v3_official_split() -> dict:
     """Official DeepSeek-V3 parameters split the way the article splits them (experts = routed + shared)."""
-    experts = _p(V3, "routed_experts") + _p(V3, "shared_experts")
-    return {"experts": experts, "dense": _p(V3) - experts, "total": _p(V3)}
+    experts = params_of(V3, "routed_experts") + params_of(V3, "shared_experts")
+    return {"experts": experts, "dense": params_of(V3) - experts, "total": params_of(V3)}
 
 
 # ------------------------------------------------------------------ article v3: §1.2, §1.2.1
 @recomputes("v3-1.2-total-params", "v3-1.2.1-total-params", "v3-2.3.1-total-params",
             method="official inventory, main model (MTP excluded), in B params")
 def _v3_total():
-    return _p(V3) / 1e9
+    return params_of(V3) / 1e9
 
 
 @recomputes("v3-1.2.1-active-params", method="official inventory: non-routed tensors except the embedding "
@@ -161,21 +160,21 @@ def _off(name: str, layer: int = 2) -> int:
 
 
 def _acat(*cats) -> int:
-    return sum(_p(V4A, c) for c in cats)
+    return sum(params_of(V4A, c) for c in cats)
 
 
 def _ocat(*cats) -> int:
-    return sum(_p(V4, c) for c in cats)
+    return sum(params_of(V4, c) for c in cats)
 
 
 def article_class_ii() -> int:
     """Class II (replicated) parameters of the article's own architecture."""
-    return _p(V4A) - _p(V4A, "routed_experts")
+    return params_of(V4A) - params_of(V4A, "routed_experts")
 
 
 def official_class_ii() -> int:
     """Class II (replicated) parameters of the official main model."""
-    return _p(V4) - _p(V4, "routed_experts")
+    return params_of(V4) - params_of(V4, "routed_experts")
 
 
 def _b(x):
@@ -221,7 +220,7 @@ def _o_rank():
 
 @recomputes("v4-1.2-total-params", method="official inventory, main model (MTP excluded), B params")
 def _v4_total():
-    return _b(_p(V4))
+    return _b(params_of(V4))
 
 
 @recomputes("v4-1.2-active-params", method="official inventory: non-routed tensors except lookup tables, "
@@ -238,9 +237,9 @@ def _v4_total_bytes():
 @recomputes("v4-1.2-bytes-per-param", "v4-1.4-bytes-per-param", "v4-5.2.1-bytes-per-param",
             method=f"official model under the {V4_ASCEND_W8A8} scheme: bytes / parameters")
 def _v4_bpp():
-    from pdcalc.quant import weight_bytes
+    from pdcalc.model.quant import weight_bytes
 
-    return weight_bytes(V4, V4_ASCEND_W8A8) / _p(V4)
+    return weight_bytes(V4, V4_ASCEND_W8A8) / params_of(V4)
 
 
 # ---- §1.3 shapes, checked against the official block
@@ -324,7 +323,7 @@ for _name, _ids in _ART_PER_LAYER.items():
 
 
 def _art_mla_layer():
-    return _p(V4A, "attention") // _cfg(V4).num_hidden_layers
+    return params_of(V4A, "attention") // _cfg(V4).num_hidden_layers
 
 
 def _art_expert():
@@ -442,8 +441,8 @@ def _v4_mhc():
     return _ocat("mhc")
 
 
-def _class_ii_why():
-    from pdcalc.quant import weight_bytes
+def class_ii_why():
+    from pdcalc.model.quant import weight_bytes
 
     ii_bytes = weight_bytes(V4, V4_ASCEND_W8A8) - weight_bytes(V4, V4_ASCEND_W8A8, category="routed_experts")
     rows_527 = sum(printed_value(f"v4-5.2.7-{k}-bytes") for k in ("emb", "head", "mla", "shared", "router", "misc"))
@@ -467,28 +466,28 @@ def _modules_1_5():
 
 
 recomputes("v4-1.4-nonsplit-bytes", "v4-5.1-nonsplit-bytes", "v4-5.2-nonsplit-bytes",
-           "v4-5.2.7-nonsplit-bytes", method="article shapes: all class-II tensors x 1 B, GB", why=_class_ii_why)(
+           "v4-5.2.7-nonsplit-bytes", method="article shapes: all class-II tensors x 1 B, GB", why=class_ii_why)(
     lambda: article_class_ii() / GB)
 recomputes("v4-5.2.7-nonsplit-params-m", method="article shapes: all class-II tensors, M params",
-           why=_class_ii_why)(lambda: _m(article_class_ii()))
+           why=class_ii_why)(lambda: _m(article_class_ii()))
 
 
-def _total_why():
+def total_why():
     rows = sum(printed_value(f"v4-1.4-{k}-params") for k in ("routed", "shared", "mla", "emb-head", "misc"))
-    return (f"Parts that do not add up: the article's own architecture totals {_b(_p(V4A)):.2f}B (its printed rows "
+    return (f"Parts that do not add up: the article's own architecture totals {_b(params_of(V4A)):.2f}B (its printed rows "
             f"add up to {rows:.2f}B), not 283.5B. The official model has "
-            f"{_b(_p(V4)):.2f}B parameters; the article's shapes miss {_b(_p(V4) - _p(V4A)):.2f}B of attention, "
+            f"{_b(params_of(V4)):.2f}B parameters; the article's shapes miss {_b(params_of(V4) - params_of(V4A)):.2f}B of attention, "
             f"compressor, indexer and mHC weights.")
 
 
-recomputes("v4-1.4-total-params", method="article shapes: every tensor, B params", why=_total_why)(
-    lambda: _b(_p(V4A)))
-recomputes("v4-1.4-total-bytes", "v4-5.1-total-bytes", method="article: every tensor x 1 B, GB", why=_total_why)(
-    lambda: _p(V4A) / GB)
+recomputes("v4-1.4-total-params", method="article shapes: every tensor, B params", why=total_why)(
+    lambda: _b(params_of(V4A)))
+recomputes("v4-1.4-total-bytes", "v4-5.1-total-bytes", method="article: every tensor x 1 B, GB", why=total_why)(
+    lambda: params_of(V4A) / GB)
 
 
 #: The article sections this chapter covers (exact section names, per article).
 SECTIONS = {"v4": ("1.1", "1.2", "1.3", "1.4", "5.1", "5.2", "5.2.1", "5.2.2", "5.2.3", "5.2.4", "5.2.5", "5.2.6", "5.2.7"),
             "v3": ("1.1", "1.2", "1.2.1")}
 #: The claims this chapter recomputes, in registration order.
-CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)
+CLAIM_IDS = registered_by(__name__)

@@ -16,16 +16,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache, partial
 
-from pdcalc.audit.architecture import _class_ii_why
-from pdcalc.audit.per_card import (D_EP, P_EP, _card_why, _dep, art_hbm_gb, art_ii_gb, article_card,
-                                   article_usable_gb, class_ii_gb, experts_card, routed_card_gb, weight_card_gb)
-from pdcalc.registry import _REGISTRY, printed_value, recomputes
-from pdcalc.kv_cache import article_kv_bytes, kv_bytes
-from pdcalc.memory import MemoryPlan, memory_plan
-from pdcalc.model import load_config
-from pdcalc.units import GB, KB, MB
+from pdcalc.audit.architecture import class_ii_why
+from pdcalc.audit.per_card import (
+    D_EP,
+    P_EP,
+    art_hbm_gb,
+    art_ii_gb,
+    article_card,
+    article_usable_gb,
+    card_why,
+    class_ii_gb,
+    experts_card,
+    routed_card_gb,
+    tutorial_deployment,
+    weight_card_gb,
+)
+from pdcalc.audit.registry import printed_value, recomputes, registered_by
+from pdcalc.core.units import GB, KB, MB
+from pdcalc.layout.memory import MemoryPlan, memory_plan
+from pdcalc.model.config import load_config
+from pdcalc.model.kv_cache import article_kv_bytes, kv_bytes
 
-_BEFORE = set(_REGISTRY)
 V4 = "deepseek-v4-flash"
 
 
@@ -171,7 +182,7 @@ def p_plan() -> MemoryPlan:
     return article_plan("p", p_kv_gb(), "P")
 
 
-def _sum_why(plan_fn, printed_parts: tuple[str, ...], what: str):
+def sum_why(plan_fn, printed_parts: tuple[str, ...], what: str):
     def why():
         plan = plan_fn()
         parts = " + ".join(f"{v / GB:.2f}" for v in plan.parts.values())
@@ -185,10 +196,10 @@ def _sum_why(plan_fn, printed_parts: tuple[str, ...], what: str):
 recomputes("v4-6.2-usable-mem", "v4-6.3-usable-mem", method="the article's 64 x 0.9 (its own inputs)")(
     article_usable_gb)
 recomputes("v4-6.2-p-weight-card", "v4-6.4-p-weight-card", "v4-6.5-p-weight-card",
-           method="card_weights(article, 1 B, ep=8).total_bytes, GB", why=_card_why("p"))(
+           method="card_weights(article, 1 B, ep=8).total_bytes, GB", why=card_why("p"))(
     partial(weight_card_gb, P_EP))
 recomputes("v4-6.3-d-weight-card", "v4-6.4-d-weight-card", "v4-6.5-d-weight-card",
-           method="card_weights(article, 1 B, ep=32).total_bytes, GB", why=_card_why("d"))(
+           method="card_weights(article, 1 B, ep=32).total_bytes, GB", why=card_why("d"))(
     partial(weight_card_gb, D_EP))
 recomputes("v4-6.2-p-experts-card", method="place_experts(256, 8): experts on the fullest card")(
     partial(experts_card, P_EP))
@@ -200,7 +211,7 @@ recomputes("v4-6.2-p-routed-card", "v4-6.4-p-routed-card", method="card_weights(
 recomputes("v4-6.3-d-routed-card", "v4-6.4-d-routed-card",
            method="card_weights(article, 1 B, ep=32).class_i_bytes, GB")(partial(routed_card_gb, D_EP))
 recomputes("v4-6.2-nonsplit-bytes", "v4-6.3-nonsplit-bytes", "v4-6.4-p-nonsplit", "v4-6.4-d-nonsplit",
-           method="article shapes: class-II bytes per card (1 B per parameter), GB", why=_class_ii_why)(
+           method="article shapes: class-II bytes per card (1 B per parameter), GB", why=class_ii_why)(
     class_ii_gb)
 recomputes("v4-6.4-routed-ratio", method="P / D routed-expert bytes per card")(
     lambda: routed_card_gb(P_EP) / routed_card_gb(D_EP))
@@ -236,7 +247,7 @@ recomputes("v4-6.2-p-kv-mb", method="article's 44 KB x one max-model-len prompt 
 recomputes("v4-6.2-d-kv-max", method="article: max-num-seqs 30 x max-model-len 135,000 x 44 KB, GB")(
     lambda: article_kv_gb(printed_value("v4-6.2-d-seqs"), printed_value("v4-6.2-max-model-len")))
 recomputes("v4-6.2-p-used", "v4-6.4-p-total", method="article parts: weights (own shapes) + KV + 2.0 + 1.5, GB",
-           why=_sum_why(p_plan, ("v4-6.2-p-weight-card", "v4-6.2-p-kv", "v4-6.2-p-act", "v4-6.2-p-framework"),
+           why=sum_why(p_plan, ("v4-6.2-p-weight-card", "v4-6.2-p-kv", "v4-6.2-p-act", "v4-6.2-p-framework"),
                         "P total"))(lambda: p_plan().total_bytes / GB)
 recomputes("v4-6.2-p-free", method="article: 57.6 - P total, GB",
            why=lambda: f"{article_usable_gb():g} - {p_plan().total_bytes / GB:.2f} = {p_plan().free_bytes / GB:.2f} GB: "
@@ -275,7 +286,7 @@ def d_plan(name: str) -> MemoryPlan:
     return article_plan("d", scenario_kv_gb(name), f"D, scenario {name}")
 
 
-def _kv_why(name: str, claim_id: str | None = None):
+def kv_why(name: str, claim_id: str | None = None):
     def why():
         s = scenarios()[name]
         k = s.context_tokens // 1024
@@ -289,11 +300,11 @@ def _kv_why(name: str, claim_id: str | None = None):
 
 for _n in "ABCD":
     recomputes(scenarios()[_n].printed_kv_id, method=f"article: scenario {_n} seqs x context x 44 KB, GB",
-               why=_kv_why(_n))((lambda n: lambda: scenario_kv_gb(n))(_n))
+               why=kv_why(_n))((lambda n: lambda: scenario_kv_gb(n))(_n))
 recomputes("v4-6.3-d-seqs-d", method="scenario C's 30 sequences halved")(lambda: scenarios()["D"].seqs)
 
 
-def _total_why(name: str):
+def total_why(name: str):
     def why():
         p = d_plan(name)
         parts = " + ".join(f"{v / GB:.2f}" for v in p.parts.values())
@@ -305,20 +316,20 @@ def _total_why(name: str):
 
 
 recomputes("v4-6.3-a-total", "v4-6.4-d-total-a", method="article: D weights + scenario A KV + 2.0 + 2.0, GB",
-           why=_total_why("A"))(lambda: d_plan("A").total_bytes / GB)
+           why=total_why("A"))(lambda: d_plan("A").total_bytes / GB)
 recomputes("v4-6.3-b-total", "v4-6.4-d-total-b", method="article: D weights + scenario B KV + 2.0 + 2.0, GB",
-           why=_total_why("B"))(lambda: d_plan("B").total_bytes / GB)
-recomputes("v4-6.3-dd-total", method="article: D weights + scenario D KV + 2.0 + 2.0, GB", why=_total_why("D"))(
+           why=total_why("B"))(lambda: d_plan("B").total_bytes / GB)
+recomputes("v4-6.3-dd-total", method="article: D weights + scenario D KV + 2.0 + 2.0, GB", why=total_why("D"))(
     lambda: d_plan("D").total_bytes / GB)
 
 
 # ---- §6.4 ratios ------------------------------------------------------------------------------------
-def _range_why():
+def range_why():
     return (f"Scenario B is {scenario_kv_gb('B'):.2f} GB on its own inputs: 32K was computed as 32,000 tokens "
             f"while the formula prints 32,768.")
 
 
-recomputes("v4-6.4-d-kv-range", method="article: scenarios A ~ B KV per D card, GB", why=_range_why)(
+recomputes("v4-6.4-d-kv-range", method="article: scenarios A ~ B KV per D card, GB", why=range_why)(
     lambda: (scenario_kv_gb("A"), scenario_kv_gb("B")))
 recomputes("v4-6.4-kv-ratio", method="article: P KV / D KV (scenario B)",
            why=lambda: f"{p_kv_gb():.3f} / {scenario_kv_gb('B'):.2f} = {p_kv_gb() / scenario_kv_gb('B'):.4f}; "
@@ -341,16 +352,16 @@ recomputes("v4-6.4-total-ratio-b", method="article: P total / D total (scenario 
     lambda: p_plan().total_bytes / d_plan("B").total_bytes)
 
 
-def _util_why():
+def util_why():
     return (f"Percent of {art_hbm_gb():g} GB, not of the {article_usable_gb():g} GB budget: P {p_plan().total_bytes / GB:.2f} GB is "
             f"{100 * p_plan().total_bytes / p_plan().capacity_bytes:.1f}%, D scenario B "
             f"{d_plan('B').total_bytes / GB:.2f} GB is {100 * d_plan('B').total_bytes / d_plan('B').capacity_bytes:.1f}% "
             f"of {art_hbm_gb():g} GB but {100 * d_plan('B').total_bytes / d_plan('B').usable_bytes:.1f}% of what the engine may use.")
 
 
-recomputes("v4-6.4-p-util", method="article: P total / 64 GB, %", why=_util_why)(
+recomputes("v4-6.4-p-util", method="article: P total / 64 GB, %", why=util_why)(
     lambda: 100 * p_plan().total_bytes / p_plan().capacity_bytes)
-recomputes("v4-6.4-d-util", method="article: D totals (scenarios A ~ B) / 64 GB, %", why=_util_why)(
+recomputes("v4-6.4-d-util", method="article: D totals (scenarios A ~ B) / 64 GB, %", why=util_why)(
     lambda: tuple(100 * d_plan(n).total_bytes / d_plan(n).capacity_bytes for n in "AB"))
 
 
@@ -382,7 +393,7 @@ for _side in "pd":
             (lambda s, k: lambda: 100 * (p_plan() if s == "p" else d_plan("B")).shares()[_P_PCT[k]])(_side, _key))
 
 
-def _d_overhead_gb() -> float:
+def d_overhead_gb() -> float:
     return printed_value("v4-6.3-d-act") + printed_value("v4-6.3-d-framework")
 
 
@@ -393,13 +404,13 @@ def d_kv_space_gb() -> float:
 
 recomputes("v4-6.5-d-kv-space", method="article: 57.6 - D weights (own shapes), GB",
            why=lambda: f"{article_usable_gb():g} - {article_card(D_EP).total_bytes / GB:.2f} = {d_kv_space_gb():.2f} GB; the "
-                       f"activations and framework ({_d_overhead_gb():.1f} GB by §6.3) are not subtracted, which "
-                       f"leaves {d_kv_space_gb() - _d_overhead_gb():.2f} GB for KV.")(d_kv_space_gb)
+                       f"activations and framework ({d_overhead_gb():.1f} GB by §6.3) are not subtracted, which "
+                       f"leaves {d_kv_space_gb() - d_overhead_gb():.2f} GB for KV.")(d_kv_space_gb)
 recomputes("v4-6.5-p-instances", method="published deployment: prefill instances")(
-    lambda: _dep()["prefill_instances"])
+    lambda: tutorial_deployment()["prefill_instances"])
 
 
 #: The article sections this chapter covers (exact section names, per article).
 SECTIONS = {"v4": ("6.1", "6.2", "6.3", "6.4", "6.5")}
 #: The claims this module recomputes.
-CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)
+CLAIM_IDS = registered_by(__name__)

@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 from pdcalc.audit.budgets import kb_per_token
-from pdcalc.registry import _REGISTRY, printed_value, recomputes
-from pdcalc.kv_cache import article_kv_bytes
-from pdcalc.units import GB, MB
-
-_BEFORE = set(_REGISTRY)
+from pdcalc.audit.registry import printed_value, recomputes, registered_by
+from pdcalc.core.units import GB, MB
+from pdcalc.model.kv_cache import article_kv_bytes
 
 
 def article_transfer_bytes(tokens: int) -> float:
@@ -50,4 +48,4 @@ recomputes("v4-7.2-latency-128k", method="article: 128K x 44 KB / 18 GB/s, ms",
 #: The article sections this chapter covers (exact section names, per article).
 SECTIONS = {"v4": ("7.1", "7.2")}
 #: The claims this module recomputes.
-CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)
+CLAIM_IDS = registered_by(__name__)

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 from functools import cache, partial
 
-from pdcalc.audit.architecture import _class_ii_why, article_class_ii
-from pdcalc.registry import _REGISTRY, printed_value, recomputes
-from pdcalc.deployment import get_deployment
-from pdcalc.hardware import get_card
-from pdcalc.inventory import get_inventory
-from pdcalc.memory import card_weights
-from pdcalc.parallel import dispatch, place_experts
-from pdcalc.units import GB
+from pdcalc.audit.architecture import article_class_ii, class_ii_why
+from pdcalc.audit.registry import printed_value, recomputes, registered_by
+from pdcalc.core.units import GB
+from pdcalc.hardware.cards import get_card
+from pdcalc.layout.deployment import get_deployment
+from pdcalc.layout.memory import card_weights
+from pdcalc.layout.parallel import dispatch, place_experts
+from pdcalc.model.inventory import get_inventory
 
-_BEFORE = set(_REGISTRY)
 V4A = "deepseek-v4-flash-article"
 DEP = "v4-flash-910b-pd"
 
 
 @cache
-def _dep():
+def tutorial_deployment():
     return get_deployment(DEP)
 
 
@@ -77,7 +76,7 @@ def class_ii_gb() -> float:
 
 
 def _dep_field(field):
-    return lambda: _dep()[field]
+    return lambda: tutorial_deployment()[field]
 
 
 for _field, _ids in {
@@ -93,11 +92,11 @@ for _field, _ids in {
     recomputes(*_ids, method=f"published deployment {DEP}: {_field}")(_dep_field(_field))
 
 recomputes("v4-2.1-p-servers", "v4-2.1-d-servers", method=f"published deployment {DEP}: servers / 2")(
-    lambda: _dep()["servers"] // 2)
+    lambda: tutorial_deployment()["servers"] // 2)
 recomputes("v4-2.1-total-cards", method="servers x cards per server")(
-    lambda: _dep()["servers"] * _dep()["cards_per_server"])
+    lambda: tutorial_deployment()["servers"] * tutorial_deployment()["cards_per_server"])
 recomputes("v4-2.1-p-cards", "v4-2.1-d-cards", "v4-2.2-p-cards", "v4-2.2-d-cards",
-           method="4 servers x 8 cards")(lambda: _dep()["servers"] // 2 * _dep()["cards_per_server"])
+           method="4 servers x 8 cards")(lambda: tutorial_deployment()["servers"] // 2 * tutorial_deployment()["cards_per_server"])
 recomputes("v4-2.1-p-ep-groups", "v4-2.2-p-ep-groups", "v4-2.3-p-instances", "v4-4.4-p-ep-groups",
            method=f"published deployment {DEP}: prefill instances")(_dep_field("prefill_instances"))
 recomputes("v4-2.1-d-ep-groups", "v4-2.2-d-ep-groups", "v4-2.3-d-ep-groups", "v4-2.3-d-instances",
@@ -106,10 +105,10 @@ recomputes("v4-2.1-d-ep-groups", "v4-2.2-d-ep-groups", "v4-2.3-d-ep-groups", "v4
 recomputes("v4-2.1-p-ep-size", "v4-2.2-p-ep-size", "v4-2.3-p-ep-size", "v4-4.2-p-ep-size", "v4-4.3-p-ep-size",
            "v4-4.4-p-ep-size", "v4-5.3.3-p-ep-size",
            method="EP group = dp x tp cards with --enable-expert-parallel")(
-    lambda: _dep()["prefill_dp"] * _dep()["prefill_tp"])
+    lambda: tutorial_deployment()["prefill_dp"] * tutorial_deployment()["prefill_tp"])
 recomputes("v4-2.1-d-ep-size", "v4-2.2-d-ep-size", "v4-2.3-d-ep-size", "v4-4.2-d-ep-size", "v4-4.4-d-ep-size",
            "v4-5.3.4-d-ep-size", method="EP group = dp x tp cards with --enable-expert-parallel")(
-    lambda: _dep()["decode_dp"] * _dep()["decode_tp"])
+    lambda: tutorial_deployment()["decode_dp"] * tutorial_deployment()["decode_tp"])
 recomputes("v4-2.1-p-experts-card", "v4-2.2-p-experts-card", "v4-2.3-p-experts-card", "v4-4.2-p-experts-card",
            "v4-4.4-p-experts-card", "v4-5.3.3-p-experts-card", "v4-5.4-p-experts-card", "v4-5.5-p-experts-card",
            method="place_experts(256, 8): experts on the fullest card")(
@@ -238,7 +237,7 @@ recomputes("v4-5.5-routed-ratio", "v4-5.5-routed-ratio-prose", method="P / D rou
     lambda: routed_card_gb(P_EP) / routed_card_gb(D_EP))
 
 recomputes("v4-4.5-ep-nonexpert", "v4-5.4-nonsplit-bytes", "v4-5.5-nonsplit-bytes",
-           method="article shapes: class-II bytes per card (1 B per parameter), GB", why=_class_ii_why)(
+           method="article shapes: class-II bytes per card (1 B per parameter), GB", why=class_ii_why)(
     class_ii_gb)
 recomputes("v4-4.5-tp2-nonexpert", method="article shapes: class II halved by tp=2, GB")(
     lambda: article_class_ii() / 2 / GB)
@@ -262,7 +261,7 @@ recomputes("v4-5.5-p-misc-bytes", "v4-5.5-d-misc-bytes", method="article: norms 
 recomputes("v4-5.5-misc-ratio", method="P / D norms + mHC (replicated)")(lambda: 1)
 
 
-def _card_why(side):
+def card_why(side):
     ep = P_EP if side == "p" else D_EP
     w = article_card(ep)
     return lambda: (f"Carries the {art_ii_gb():g} GB class-II error: {w.class_i_bytes / GB:.2f} + {w.class_ii_bytes / GB:.2f} "
@@ -270,10 +269,10 @@ def _card_why(side):
 
 
 recomputes("v4-2.2-p-weight-card", "v4-2.3-p-weight-card", "v4-5.4-p-weight-card", "v4-5.5-p-weight-card",
-           method="card_weights(article, 1 B, ep=8).total_bytes, GB", why=_card_why("p"))(
+           method="card_weights(article, 1 B, ep=8).total_bytes, GB", why=card_why("p"))(
     partial(weight_card_gb, P_EP))
 recomputes("v4-2.2-d-weight-card", "v4-2.3-d-weight-card", "v4-5.4-d-weight-card", "v4-5.5-d-weight-card",
-           method="card_weights(article, 1 B, ep=32).total_bytes, GB", why=_card_why("d"))(
+           method="card_weights(article, 1 B, ep=32).total_bytes, GB", why=card_why("d"))(
     partial(weight_card_gb, D_EP))
 
 
@@ -302,9 +301,9 @@ def _remaining(ep):
 
 
 recomputes("v4-5.4-p-remaining", "v4-2.2-p-kv-space", method="article: 57.6 - P weights (article shapes), GB",
-           why=_card_why("p"))(lambda: _remaining(P_EP))
+           why=card_why("p"))(lambda: _remaining(P_EP))
 recomputes("v4-5.4-d-remaining", "v4-2.2-d-kv-space", "v4-2.3-d-kv-space",
-           method="article: 57.6 - D weights (article shapes), GB", why=_card_why("d"))(lambda: _remaining(D_EP))
+           method="article: 57.6 - D weights (article shapes), GB", why=card_why("d"))(lambda: _remaining(D_EP))
 recomputes("v4-2.2-kv-space-ratio", method="article: D / P memory left after weights")(
     lambda: _remaining(D_EP) / _remaining(P_EP))
 
@@ -312,4 +311,4 @@ recomputes("v4-2.2-kv-space-ratio", method="article: D / P memory left after wei
 SECTIONS = {"v4": ("2.1", "2.2", "2.3", "3.1", "3.3", "4.1", "4.2", "4.3", "4.4", "4.5", "5", "5.3.1", "5.3.2", "5.3.3",
                    "5.3.4", "5.4", "5.5")}
 #: The claims this module recomputes.
-CLAIM_IDS = tuple(k for k in _REGISTRY if k not in _BEFORE)
+CLAIM_IDS = registered_by(__name__)

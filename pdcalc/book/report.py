@@ -1,0 +1,919 @@
+"""Tables the chapters show, built from the inventory and the quantization schemes.
+
+Chapters call these instead of re-deriving anything: every number in a table comes from
+:mod:`pdcalc.inventory` and :mod:`pdcalc.quant`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from pdcalc.model.inventory import CATEGORIES, get_inventory
+from pdcalc.model.quant import bytes_by_category, get_scheme
+
+#: The V4 article's two classes: class I is split over the EP group, class II is replicated on every card.
+CLASS_I = ("routed_experts",)
+
+
+def category_table(models: dict[str, tuple[str, str]], *, part: str = "main", unit: float = 1e9) -> pd.DataFrame:
+    """Parameters and weight bytes per category, one column pair per model.
+
+    ``models`` maps a column label to ``(model, scheme)``; counts are in units of ``unit`` parameters
+    (default billions) and bytes in GB (10^9 B).
+    """
+    cols = {}
+    for label, (model, scheme) in models.items():
+        inv = get_inventory(model)
+        cols[f"{label} params (B)"] = inv.by_category(part=part) / unit
+        cols[f"{label} weights (GB)"] = bytes_by_category(model, scheme, part=part) / 1e9
+    df = pd.DataFrame(cols).reindex([c for c in CATEGORIES if any(c in s.index for s in cols.values())])
+    df = df.fillna(0.0)
+    df.loc["total"] = df.sum()
+    df.index.name = "category"
+    return df
+
+
+def class_split(model: str, scheme: str, *, part: str = "main") -> pd.Series:
+    """Weight bytes of class I (EP-split routed experts) and class II (replicated), in bytes."""
+    b = bytes_by_category(model, scheme, part=part)
+    one = sum(b.get(c, 0.0) for c in CLASS_I)
+    return pd.Series({"class I (routed experts, EP-split)": one, "class II (replicated)": b.sum() - one})
+
+
+def layer_table(model: str, layer: int) -> pd.DataFrame:
+    """Every tensor of one block: short name, shape, instances and parameters."""
+    inv = get_inventory(model)
+    rows = []
+    for t in inv.tensors:
+        if t.layer != layer:
+            continue
+        short = t.name.split(f".{layer}.", 1)[-1] if f".{layer}." in t.name else t.name
+        rows.append({"tensor": short, "category": t.category, "shape": " x ".join(map(str, t.shape)),
+                     "instances": t.count, "params": t.params})
+    return pd.DataFrame(rows)
+
+
+def layer_kinds(model: str) -> pd.DataFrame:
+    """How many main-model layers of each kind and their parameters: V4 by compression ratio and routing,
+    the MLA types by attention (with or without an indexer) and FFN (dense or routed)."""
+    inv = get_inventory(model)
+    cfg = inv.config
+    df = inv.frame()
+    main = df[(df.part == "main") & df.layer.notna()]
+    per_layer = main.groupby("layer")["params"].sum()
+    rows = []
+    for i in range(cfg.num_hidden_layers):
+        if cfg.mla:
+            kind = "MLA + indexer" if cfg.sparse else "MLA"
+            routing = "learned" if cfg.is_moe_layer(i) else "none (dense FFN)"
+            rows.append({"attention": kind, "routing": routing, "params per layer": int(per_layer[i])})
+            continue
+        r = cfg.compress_ratio(i)
+        kind = "sliding window only" if r == 0 else f"compressed {r}:1" + (" + indexer" if r == 4 else "")
+        routing = "hash" if i < cfg.num_hash_layers else "learned"
+        rows.append({"attention": kind, "routing": routing, "params per layer": int(per_layer[i])})
+    out = pd.DataFrame(rows).groupby(["attention", "routing", "params per layer"]).size().rename("layers")
+    return out.reset_index()
+
+
+def scheme_table(model: str, scheme: str) -> pd.DataFrame:
+    """Per category: the dtype(s) the scheme stores and the bytes, main model and MTP."""
+    from pdcalc.model.quant import dtype_table
+
+    df = dtype_table(model, get_scheme(scheme))
+    df["GB"] = df["bytes"] / 1e9
+    return df.drop(columns=["bytes"])
+
+
+def placement_table(n_experts: int, ep: int, redundant: int = 0) -> pd.DataFrame:
+    """Experts held by each card of an EP group (first ~ last, count)."""
+    from pdcalc.layout.parallel import place_experts
+
+    p = place_experts(n_experts, ep, redundant)
+    return pd.DataFrame({"card": range(ep), "experts": p.ranges(), "count": p.experts_per_card}).set_index("card")
+
+
+def card_weights_table(columns: dict) -> pd.DataFrame:
+    """Per-category weight GB per card; ``columns`` maps a label to a :class:`~pdcalc.memory.CardWeights`."""
+    df = pd.DataFrame({k: pd.Series(w.by_category) / 1e9 for k, w in columns.items()}).fillna(0.0)
+    df = df.reindex([c for c in CATEGORIES if c in df.index])
+    df.loc["total"] = df.sum()
+    df.index.name = "category (GB per card)"
+    return df
+
+
+def cluster_map(deployment: dict, model: str, scheme: str, *, mtp: bool = True) -> pd.DataFrame:
+    """Every card of a PD deployment: server, role, EP rank, experts held, weight GiB."""
+    from pdcalc.layout.memory import card_weights
+    from pdcalc.layout.parallel import place_experts
+
+    rows, card = [], 0
+    per_server = deployment["cards_per_server"]
+    n_experts = get_inventory(model).n_routed_experts
+    for role, n_inst, dp, tp in (("P", deployment["prefill_instances"], deployment["prefill_dp"], deployment["prefill_tp"]),
+                                 ("D", deployment["decode_instances"], deployment["decode_dp"], deployment["decode_tp"])):
+        ep = dp * tp
+        placement = place_experts(n_experts, ep)
+        w = card_weights(model, scheme, ep=ep, tp=tp, mtp=mtp)
+        for inst in range(n_inst):
+            for rank in range(ep):
+                first, last = placement.first_last(rank)
+                rows.append({"card": card, "server": card // per_server, "role": f"{role}{inst}", "ep_rank": rank,
+                             "experts": f"{first} ~ {last}", "weights_gib": w.total_bytes / 2**30})
+                card += 1
+    return pd.DataFrame(rows).set_index("card")
+
+
+def kv_layout_table(engine: str, model: str, *, include_mtp: bool = True, block_size: int | None = None) -> pd.DataFrame:
+    """Every cache of every layer kind as ``engine`` stores it: entry bytes, tokens per entry, window,
+    page, and per sequence the fixed bytes and the bytes per context token, summed over the layers."""
+    from pdcalc.model.kv_layout import engine_layout
+
+    lay = engine_layout(engine, model, block_size=block_size)
+    rows = []
+    for k in lay.kinds(include_mtp):
+        for c in k.caches:
+            rows.append({"layers": f"{k.key} x {k.n_layers}", "cache": c.name, "entry B": c.entry_bytes,
+                         "tokens per entry": c.tokens_per_entry,
+                         "window tokens": c.window_tokens or "",
+                         "page": f"{c.block_tokens} tok / {c.page_bytes:,.0f} B" if c.paged else "contiguous",
+                         "fixed B per seq": k.n_layers * c.fixed_bytes,
+                         "B per token": k.n_layers * c.per_token_bytes})
+    df = pd.DataFrame(rows)
+    df.loc[len(df)] = {"layers": "all", "cache": "total", "entry B": None, "tokens per entry": None,
+                       "window tokens": "", "page": "", "fixed B per seq": df["fixed B per seq"].sum(),
+                       "B per token": df["B per token"].sum()}
+    return df.set_index(["layers", "cache"])
+
+
+def plans_table(plans, unit: float = 1e9, unit_name: str = "GB") -> pd.DataFrame:
+    """Memory plans side by side: one column per plan, parts, total, usable, free (two decimals) and the
+    verdict."""
+    cols = {}
+    for p in plans:
+        s = {k.replace("_", " "): v / unit for k, v in p.parts.items()}
+        s.update({"total": p.total_bytes / unit, "usable": p.usable_bytes / unit, "free": p.free_bytes / unit})
+        cols[p.label] = {k: f"{v:,.2f}" for k, v in s.items()}
+    df = pd.DataFrame(cols)
+    df.index.name = f"{unit_name} per card"
+    df.loc["verdict"] = [p.verdict(unit, unit_name) for p in plans]
+    return df
+
+
+def pd_memory_table(p_weights, d_weights, p_plan, d_plans: dict, unit: float = 1e9) -> pd.DataFrame:
+    """The P vs D comparison of the V4 article's §6.4 (P vs D 显存占用对比表), rebuilt: weights by class,
+    KV, activations, framework, totals for each D plan, in ``unit`` per card, with the P/D ratio.
+
+    ``p_weights``/``d_weights`` are :class:`~pdcalc.memory.CardWeights`; ``p_plan`` a
+    :class:`~pdcalc.memory.MemoryPlan`; ``d_plans`` maps a label (e.g. "scenario A") to a D plan.
+    """
+    first = next(iter(d_plans.values()))
+    rows = {
+        "class I (routed experts)": (p_weights.class_i_bytes, d_weights.class_i_bytes),
+        "class II (replicated)": (p_weights.class_ii_bytes, d_weights.class_ii_bytes),
+        "weights": (p_weights.total_bytes, d_weights.total_bytes),
+    }
+    for label, d in d_plans.items():
+        rows[f"KV cache ({label})"] = (p_plan.parts["kv_cache"], d.parts["kv_cache"])
+    rows["activations"] = (p_plan.parts["activations"], first.parts["activations"])
+    rows["framework"] = (p_plan.parts["framework"], first.parts["framework"])
+    for label, d in d_plans.items():
+        rows[f"total ({label})"] = (p_plan.total_bytes, d.total_bytes)
+    df = pd.DataFrame(rows, index=["P", "D"]).T / unit
+    df["P/D"] = df["P"] / df["D"]
+    for label, d in d_plans.items():
+        df.loc[f"share of capacity ({label}), %"] = [100 * p_plan.total_bytes / p_plan.capacity_bytes,
+                                                     100 * d.total_bytes / d.capacity_bytes, float("nan")]
+    df.index.name = "per card"
+    return df
+
+
+# ---------------------------------------------------------------------------------------------
+# the planner's results as a reader reads them (plan chapter)
+# ---------------------------------------------------------------------------------------------
+#: Columns of :func:`splits_table`, the ranking key first.
+SPLIT_COLUMNS = ("split", "output tokens/s per card", "cards", "TTFT (s)", "TPOT (ms)", "output tokens/s",
+                 "KV capacity (sequences)", "tightest constraint")
+
+
+def _split_values(r) -> dict:
+    """One planner row (a row of :attr:`pdcalc.plan.Plan.candidates`) in the units a page shows, rounded as
+    shown: tokens/s to whole tokens, TTFT to 10 ms (s, 2 decimals), TPOT to 0.1 ms."""
+    from pdcalc.core.precision import round_decimals
+    from pdcalc.plan.labels import split_label
+
+    return {"split": split_label(r),
+            "output tokens/s per card": round_decimals(float(r["tokens_per_s_per_card"]), 0),
+            "cards": int(r["cards"]),
+            "TTFT (s)": round_decimals(float(r["ttft_s"]), 2),
+            "TPOT (ms)": round_decimals(1e3 * float(r["tpot_s"]), 1),
+            "output tokens/s": round_decimals(float(r["output_tokens_per_s"]), 0),
+            "KV capacity (sequences)": int(r["kv_capacity_seqs"]),
+            "tightest constraint": str(r["binding"])}
+
+
+def splits_table(rows: pd.DataFrame, n: int | None = None, *, names: list[str] | None = None,
+                 columns: tuple[str, ...] = SPLIT_COLUMNS) -> pd.DataFrame:
+    """The first ``n`` planner rows (:attr:`pdcalc.plan.Plan.ranked`, ``candidates`` or rows of
+    :func:`pdcalc.plan.evaluate_split` stacked) with the ranking key first: the split as people write it,
+    output tokens/s per card, cards, TTFT (s), TPOT (ms), output tokens/s, the D side's KV capacity in
+    sequences and the tightest constraint (for a split that does not run, the first that fails).
+    ``names`` puts a first column ``plan`` naming each row; ``columns`` keeps those of
+    :data:`SPLIT_COLUMNS` listed."""
+    r = rows if n is None else rows.head(n)
+    df = pd.DataFrame([_split_values(x) for _, x in r.iterrows()], columns=list(SPLIT_COLUMNS))[list(columns)]
+    if names is not None:
+        df.insert(0, "plan", list(names))
+    return df
+
+
+def splits_display(df: pd.DataFrame, *, caption: str, csv_name: str):
+    """:func:`pdcalc.display.table` of a :func:`splits_table`, each split label kept on one line."""
+    import html
+
+    from pdcalc.book.display import table
+
+    cells = {"split": [f'<span style="white-space:nowrap">{html.escape(str(v))}</span>' for v in df["split"]]} \
+        if "split" in df else None
+    return table(df, caption=caption, csv_name=csv_name, cell_html=cells)
+
+
+def split_tradeoff(best, other, other_name: str) -> str:
+    """One or two sentences: the planner's ``best`` split against ``other`` (planner rows), named
+    ``other_name``: output per card, then what the best split gives up (or gains) in TTFT, TPOT, total
+    output and cards. The figures are those of :func:`splits_table`."""
+    a, b = _split_values(best), _split_values(other)
+    if a["split"] == b["split"]:
+        return (f"The most output per card, {a['output tokens/s per card']:,.0f} tokens/s, is {other_name} itself: "
+                f"{a['split']} on {a['cards']:,} cards, at a TTFT of {a['TTFT (s)']:.2f} s and a TPOT of "
+                f"{a['TPOT (ms)']:.1f} ms.")
+    ratio = best["tokens_per_s_per_card"] / other["tokens_per_s_per_card"]
+    head = (f"{a['split']} on {a['cards']:,} cards serves {a['output tokens/s per card']:,.0f} output tokens/s per "
+            f"card, {ratio:.2f} times {other_name} ({b['split']} on {b['cards']:,} cards, "
+            f"{b['output tokens/s per card']:,.0f})")
+    worse, better = [], []
+    for key, what, fmt, low_good in (("TTFT (s)", "a TTFT of {} s", ".2f", True),
+                                     ("TPOT (ms)", "a TPOT of {} ms", ".1f", True),
+                                     ("output tokens/s", "{} output tokens/s in all", ",.0f", False)):
+        x, y = a[key], b[key]
+        if x == y:
+            continue
+        text = f"{what.format(format(x, fmt))} against {what.format(format(y, fmt)).split(' of ')[-1]}" \
+            if " of " in what else f"{format(x, fmt)} against {format(y, fmt)} output tokens/s in all"
+        if (x > y) == low_good:
+            worse.append(text)
+        else:
+            better.append(text)
+    out = head
+    if worse:
+        out += "; it pays with " + ", ".join(worse[:-1]) + (" and " if len(worse) > 1 else "") + worse[-1]
+    if better:
+        out += ("; it also gives " if worse else "; it gives ") + ", ".join(better[:-1]) + (
+            " and " if len(better) > 1 else "") + better[-1]
+    return out + "."
+
+
+#: A memory part as a page names it.
+_PART_NAMES = {"kv_cache": "KV cache", "overhead": "activations and framework"}
+
+
+def plan_card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
+    """Memory plans (:class:`pdcalc.memory.MemoryPlan`) side by side, one column per name of ``plans``:
+    each part, the total, what the engine may use and what is left (negative: over budget), in
+    ``unit_name`` per card, two decimals. The verdict is each plan's :meth:`~pdcalc.memory.MemoryPlan.verdict`."""
+    from pdcalc.core.precision import round_decimals
+
+    cols = {}
+    for name, p in plans.items():
+        s = {_PART_NAMES.get(k, k.replace("_", " ")): v for k, v in p.parts.items()}
+        s.update({"total": p.total_bytes, "usable": p.usable_bytes, "left": p.free_bytes})
+        cols[name] = {k: round_decimals(v / unit, 2) for k, v in s.items()}
+    df = pd.DataFrame(cols)
+    df.index.name = f"{unit_name} per card"
+    return df
+
+
+def weights_source(logs: dict) -> str:
+    """Markdown: where each side's weights come from, ``logs`` mapping a side ("P", "D") to the
+    :class:`pdcalc.validation.LoggedWeights` that sizes it or ``None`` (pdcalc's tensor inventory).
+    A log is named with its layout and linked to its source."""
+    parts = []
+    for side, log in logs.items():
+        if log is None:
+            parts.append(f"{side} weights come from pdcalc's tensor inventory (no engine log of that layout)")
+            continue
+        where = f"[{log.source.split(' (')[0]}]({log.url})" if log.url else log.source
+        parts.append(f"{side} weights are the {log.bytes / 2**30:.1f} GiB per card an engine logged for that "
+                     f"layout ({log.layout}; {where})")
+    return "; ".join(parts)
+
+
+def latency_targets(ttft_ms: float | None = None, tpot_ms: float | None = None) -> tuple:
+    """The latency targets a planning page applies and a Markdown sentence saying where they come from:
+    ``(ttft_s, tpot_s, sentence)``. ``None`` takes the published service level of
+    :func:`pdcalc.recommend.default_targets` (TPOT from the measurements registry, no TTFT target since
+    none is published); a number is a target set by the reader (ms)."""
+    from pdcalc.plan.workload import TPOT_SLO_ID, USER_SPEED_ID, default_targets
+    from pdcalc.reality import measurements
+
+    d = default_targets()
+    ttft_s = d.ttft_s if ttft_ms is None else ttft_ms / 1e3
+    tpot_s = d.tpot_s if tpot_ms is None else tpot_ms / 1e3
+    if tpot_ms is None and tpot_s is not None:
+        source = d.tpot_source
+        for m in (measurements.get(TPOT_SLO_ID), measurements.get(USER_SPEED_ID)):
+            name = m.source.split(" (")[0].split(",")[0]
+            key = next((k for k in (name, name.split("/")[-1]) if k in source), None)
+            if m.url and key:    # the source's name in the sentence links to it
+                source = source.replace(key, f"[{key}]({m.url})", 1)
+            elif m.url:
+                source += f" ([{name}]({m.url}))"
+        tpot = f"TPOT at most {tpot_s * 1e3:g} ms, the published service level: {source}"
+    elif tpot_s is not None:
+        tpot = f"TPOT at most {tpot_s * 1e3:g} ms, as set in the parameters cell"
+    else:
+        tpot = "no TPOT target"
+    if ttft_ms is None and ttft_s is None:
+        ttft = f"No TTFT target: {d.ttft_source}"
+    elif ttft_s is None:
+        ttft = "No TTFT target"
+    else:
+        ttft = f"TTFT at most {ttft_s:g} s" + (", as set in the parameters cell" if ttft_ms is not None else "")
+    return ttft_s, tpot_s, f"{tpot[0].upper()}{tpot[1:]}. {ttft}."
+
+
+# ---------------------------------------------------------------------------------------------
+# presentation helpers of the DeepSeek-V4-Flash chapters (architecture, per_card, kv_memory,
+# transfer, pd_split): tables a reader reads, built from the functions above
+# ---------------------------------------------------------------------------------------------
+def sig_text(values, sig: int = 4) -> list[str]:
+    """Each value as text at ``sig`` significant figures, thousands separators, never in ``e`` notation.
+
+    Unlike a column printed with one number of decimals, a column whose values span several orders of
+    magnitude keeps every value readable: ``0.0007127`` and ``277.7``, not ``0.000713`` and
+    ``277.700000``. Trailing zeros after the point are dropped (``0.001``, ``24.8``); integers (and whole
+    numbers of at least ``sig`` digits) print exactly; a missing value prints as an empty string.
+
+    >>> sig_text([277.746811, 0.000712704, 1.0849, 12345.6, 0.001, 24.8, None])
+    ['277.7', '0.0007127', '1.085', '12,350', '0.001', '24.8', '']
+    """
+    import math
+
+    from pdcalc.core.precision import round_sig
+
+    out = []
+    for v in values:
+        if v is None or isinstance(v, str):
+            out.append("" if v is None else v)
+            continue
+        x = float(v)
+        if not math.isfinite(x):
+            out.append("")
+            continue
+        if float(x).is_integer() and abs(x) >= 10 ** (sig - 1):
+            out.append(f"{x:,.0f}")
+            continue
+        r = round_sig(x, sig)
+        if r == 0:
+            out.append("0")
+            continue
+        d = max(0, sig - 1 - math.floor(math.log10(abs(r))))
+        text = f"{r:,.{d}f}"
+        out.append(text.rstrip("0").rstrip(".") if "." in text else text)
+    return out
+
+
+def sig_table(df: pd.DataFrame, *, caption: str | None = None, csv_name: str | None = None, sig: int = 4,
+              index: bool = False):
+    """:func:`pdcalc.display.table` with every float column written value by value at ``sig``
+    significant figures (:func:`sig_text`): for columns whose values span orders of magnitude."""
+    from pdcalc.book.display import table
+
+    shown = df.reset_index() if index else df
+    cells = {c: sig_text(shown[c], sig) for c in shown.columns if pd.api.types.is_float_dtype(shown[c].dtype)}
+    return table(shown, caption=caption, csv_name=csv_name, sig=sig, cell_html=cells)
+
+
+def fold(obj, summary: str):
+    """An HTML output (``IPython.display.HTML``, e.g. a :func:`pdcalc.display.table`) folded into a
+    closed dropdown whose one-line ``summary`` says what it holds."""
+    import html
+
+    from IPython.display import HTML
+
+    body = obj.data if hasattr(obj, "data") else str(obj)
+    return HTML(f'<details class="pdcalc-fold"><summary>{html.escape(summary)}</summary>{body}</details>')
+
+
+def pretty_category(name: str) -> str:
+    """A category of :data:`pdcalc.inventory.CATEGORIES` as prose (``routed_experts`` -> ``routed experts``,
+    ``mhc`` -> ``mHC``, ``lm_head`` -> ``output head``)."""
+    return {"mhc": "mHC", "lm_head": "output head", "mtp_proj": "MTP projections"}.get(name, name.replace("_", " "))
+
+
+def placement_grid(n_experts: int, ep: int, redundant: int = 0, per_row: int = 8) -> pd.DataFrame:
+    """The experts each card of an EP group holds (:func:`placement_table`), ``per_row`` cards to a row:
+    the row's first card plus the column's offset is the card; a cell reads ``first ~ last``."""
+    from pdcalc.layout.parallel import place_experts
+
+    p = place_experts(n_experts, ep, redundant)
+    ranges = p.ranges()
+    width = min(per_row, ep)
+    rows = []
+    for start in range(0, ep, width):
+        row = {"cards": f"{start}–{min(start + width, ep) - 1}" if width > 1 else f"{start}"}
+        for k in range(width):
+            row[f"+{k}"] = ranges[start + k] if start + k < ep else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def cluster_summary(deployment: dict, model: str, scheme: str, *, mtp: bool = True) -> pd.DataFrame:
+    """:func:`cluster_map` one row per server: its cards, instance, EP ranks, experts per card and the
+    experts of each layer the server's cards hold together (``first ~ last``), and the weights per card in GiB, with the engine's log beside pdcalc's
+    prediction where the registry has one for that layout (:func:`pdcalc.validation.logged_weights`)."""
+    from pdcalc.reality.weights import logged_weights
+
+    m = cluster_map(deployment, model, scheme, mtp=mtp).reset_index()
+    ep = {"P": deployment["prefill_dp"] * deployment["prefill_tp"], "D": deployment["decode_dp"] * deployment["decode_tp"]}
+    rows = []
+    for server, g in m.groupby("server", sort=True):
+        role = g["role"].iloc[0]
+        n = int(g["experts"].iloc[0].split("~")[1]) - int(g["experts"].iloc[0].split("~")[0]) + 1
+        log = logged_weights(model, scheme, ep=ep[role[0]], tp=deployment[f"{'prefill' if role[0] == 'P' else 'decode'}_tp"],
+                             mtp=mtp)
+        rows.append({"server": int(server), "cards": f"{g['card'].min()}–{g['card'].max()}",
+                     "instance": ", ".join(dict.fromkeys(g["role"])),
+                     "EP ranks": f"{g['ep_rank'].min()}–{g['ep_rank'].max()}",
+                     "experts per card": n,
+                     "experts of each layer on the server": f"{g['experts'].iloc[0].split('~')[0].strip()} ~ "
+                                                            f"{g['experts'].iloc[-1].split('~')[1].strip()}",
+                     "weights per card, pdcalc (GiB)": float(g["weights_gib"].iloc[0]),
+                     "weights per card, engine log (GiB)": log.bytes / 2**30 if log else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def card_memory_table(cards: dict, *, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
+    """Per card: weights by category, their total, the usable memory and what is left after the weights.
+
+    ``cards`` maps a column label to ``(weights, budget)``: ``weights`` a
+    :class:`~pdcalc.memory.CardWeights` (every category shown) or a number of bytes (an engine's logged
+    total: only the total, usable and left rows), ``budget`` the :class:`~pdcalc.memory.Budget` of that
+    card with those weights. Values in ``unit``.
+    """
+    cats = [c for c in CATEGORIES if any(not isinstance(w, (int, float)) and w.by_category.get(c)
+                                         for w, _ in cards.values())]
+    cols = {}
+    for label, (w, b) in cards.items():
+        detailed = not isinstance(w, (int, float))
+        total = w.total_bytes if detailed else float(w)
+        col = {f"{pretty_category(c)}": (w.by_category.get(c, 0.0) / unit if detailed else float("nan")) for c in cats}
+        col["weights, total"] = total / unit
+        col[f"usable ({b.utilization:g} x visible memory)"] = b.usable_bytes / unit
+        col["left after weights"] = (b.usable_bytes - total) / unit
+        cols[label] = col
+    df = pd.DataFrame(cols)
+    df.index.name = f"per card ({unit_name})"
+    return df
+
+
+def pd_memory_table_logged(p_weights, d_weights, p_plan, d_plans: dict, logged_bytes: float | None,
+                           unit: float = 2**30, label: str = "P, engine-logged weights") -> pd.DataFrame:
+    """:func:`pd_memory_table` with one more column where an engine's log of the P card's weights exists:
+    the same P card with the logged weights in place of pdcalc's (class I and II unknown, left empty;
+    totals and shares follow)."""
+    df = pd_memory_table(p_weights, d_weights, p_plan, d_plans, unit)
+    if logged_bytes is None:
+        return df
+    delta = (logged_bytes - p_weights.total_bytes) / unit
+    col = pd.Series(float("nan"), index=df.index)
+    for row in df.index:
+        if row.startswith(("class I", "class II")):
+            continue
+        if row == "weights":
+            col[row] = logged_bytes / unit
+        elif row.startswith("total"):
+            col[row] = df.loc[row, "P"] + delta
+        elif row.startswith("share of capacity"):
+            col[row] = df.loc[row, "P"] + 100 * delta * unit / p_plan.capacity_bytes
+        else:
+            col[row] = df.loc[row, "P"]
+    df.insert(1, label, col)
+    return df
+
+
+def dp_sweep_table(side: str, sizes, *, model: str, quant: str, card, engine: str, mtp: bool, utilization: float,
+                   activation_bytes: float, framework_bytes: float, context: int, p_cards: int) -> pd.DataFrame:
+    """The V4 article's dp-size decision tree (§8.3) as a sweep: for each dp size of ``side`` ("P" or "D"),
+    experts per card, the article's weights and KV room (its shapes at 1 B per parameter, GB as it prints
+    them) and the real ones (``model`` in ``quant``, GiB); on P the instances the ``p_cards`` cards make and
+    the engine's logged weights where a log of that layout exists; on D the sequences of ``context`` tokens
+    whose cache fits per card, by the article's 44 KB per token and by ``engine``'s layout."""
+    from pdcalc.audit import budgets
+    from pdcalc.audit.per_card import article_card
+    from pdcalc.layout.memory import budget, ep_sweep
+    from pdcalc.model.kv_cache import article_kv_bytes, sequences_that_fit
+    from pdcalc.reality.weights import logged_weights
+
+    s = side.lower()
+    real = ep_sweep(model, quant, card, sizes, mtp=mtp, utilization=utilization, activation_bytes=activation_bytes,
+                    framework_bytes=framework_bytes)
+    rows = []
+    for n, r in zip(sizes, real.itertuples()):
+        art_room = budgets.article_plan(s, 0.0, ep=n).room_bytes()
+        row = {"dp": int(n), "experts per card": int(r.experts_per_card),
+               "article weights (GB)": article_card(n).total_bytes / 1e9, "article KV room (GB)": art_room / 1e9,
+               "real weights (GiB)": r.weights_bytes / 2**30, "real KV room (GiB)": r.kv_room_bytes / 2**30}
+        if s == "p":
+            log = logged_weights(model, quant, ep=int(n), mtp=mtp)
+            b = (budget(card, log.bytes, utilization=utilization, activation_bytes=activation_bytes,
+                        overhead_bytes=framework_bytes) if log else None)
+            row["logged weights (GiB)"] = log.bytes / 2**30 if log else float("nan")
+            row["KV room with logged weights (GiB)"] = b.kv_bytes / 2**30 if b else float("nan")
+            row["instances"] = p_cards // int(n)
+        else:
+            row["article seqs at context"] = max(0, int(art_room // article_kv_bytes(context, budgets.kb_per_token())))
+            row["real seqs at context"] = int(sequences_that_fit(max(0.0, r.kv_room_bytes), context, model, engine))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if s == "p" and df["logged weights (GiB)"].isna().all():
+        df = df.drop(columns=["logged weights (GiB)", "KV room with logged weights (GiB)"])
+    return df
+
+
+# ---------------------------------------------------------------------------------------------
+# tables with links, and the throughput model against published runs (v3_throughput, validation)
+# ---------------------------------------------------------------------------------------------
+def linked_table(df: pd.DataFrame, *, caption: str, csv_name: str, links: dict | None = None,
+                 nowrap: tuple = (), index: bool = False):
+    """:func:`pdcalc.display.table` whose cells in the columns of ``links`` link to a URL (``links`` maps a
+    column to one URL or ``None`` per row; the CSV keeps the text), and whose ``nowrap`` columns keep
+    each cell on one line."""
+    import html
+
+    from pdcalc.book.display import table
+
+    shown = df.reset_index() if index else df
+    cells = {}
+    for col in set(links or {}) | set(nowrap):
+        texts = [html.escape("" if v is None or (isinstance(v, float) and v != v) else str(v)) for v in shown[col]]
+        urls = (links or {}).get(col) or [None] * len(texts)
+        style = ' style="white-space:nowrap"' if col in nowrap else ""
+        cells[col] = [f'<a href="{html.escape(u)}"{style}>{t}</a>' if u else f"<span{style}>{t}</span>"
+                      for t, u in zip(texts, urls)]
+    return table(shown, caption=caption, csv_name=csv_name, cell_html=cells)
+
+
+def measurement_urls(ids) -> list:
+    """The source URL of each measurement id of the registry (``None`` where it has none)."""
+    from pdcalc.reality import measurements
+
+    return [measurements.get(i).url for i in ids]
+
+
+def published_runs_table(pub: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.throughput.compare_published` as a page shows it: the measurement, its phase and card,
+    predicted and measured output in tokens/s per card (whole tokens), their ratio (two decimals), what
+    bounds the predicted step and the conditions each row assumes."""
+    from pdcalc.core.precision import round_decimals
+
+    return pd.DataFrame({
+        "measurement": pub["measurement"].to_numpy(), "phase": pub["phase"].to_numpy(),
+        "card": pub["card"].to_numpy(),
+        "predicted (tokens/s per card)": round_decimals(pub["predicted_tokens_per_s_per_card"].to_numpy(float), 0),
+        "measured (tokens/s per card)": round_decimals(pub["measured_tokens_per_s_per_card"].to_numpy(float), 0),
+        "predicted / measured": round_decimals(pub["ratio"].to_numpy(float), 2),
+        "bound": pub["bound"].astype(str).to_numpy(), "conditions": pub["conditions"].to_numpy()})
+
+
+# ---------------------------------------------------------------------------------------------
+# the validation chapter: predictions beside measurements, errata in brief
+# ---------------------------------------------------------------------------------------------
+def validation_display(shown: pd.DataFrame, *, caption: str, csv_name: str):
+    """:func:`pdcalc.validation.show` rows as a page shows them: a table that fits the column (the
+    measurement linked to its source, the layout, measured, predicted, their ratio and the band it is
+    held to) and, folded under it, each measurement's quote and locator."""
+    from IPython.display import HTML
+
+    s = shown.reset_index()
+    value_cols = [c for c in s.columns if c.startswith(("measured (", "predicted ("))]
+    main = s[["measurement", "layout", *value_cols, "predicted / measured", "band"]]
+    urls = measurement_urls(main["measurement"])
+    quotes = s[["measurement", "quote", "source"]]
+    body = linked_table(main, caption=caption, csv_name=csv_name, links={"measurement": urls}, nowrap=("band",)).data
+    folded = fold(linked_table(quotes, caption=f"{caption}: what each source says", csv_name=f"{csv_name}-quotes",
+                               links={"measurement": urls}),
+                  f"the quote{'s' if len(quotes) > 1 else ''} and where to find {'them' if len(quotes) > 1 else 'it'}")
+    return HTML(body + folded.data)
+
+
+def candidates_brief(candidates: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.validation.candidates_table` with the columns a reader compares: measurement,
+    candidate layout, predicted GiB, predicted / measured (three decimals), whether the source allows it
+    and whether it is the one chosen."""
+    from pdcalc.core.precision import round_decimals
+
+    c = candidates.reset_index()
+    return pd.DataFrame({"measurement": c["measurement"], "candidate": c["candidate"],
+                         "predicted (GiB)": round_decimals(c["predicted (GiB)"].to_numpy(float), 2),
+                         "predicted / measured": round_decimals(c["ratio"].to_numpy(float), 3),
+                         "the source allows it": c["consistent"].astype(bool), "chosen": c["chosen"].astype(bool)})
+
+
+def budgets_by_part(budgets: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.validation.kv_budget_table` turned to one row per part (GiB, two decimals; the
+    utilization as a fraction), one column per startup log."""
+    from pdcalc.core.precision import round_decimals
+
+    t = budgets.T
+    t.index.name = "part"
+    return t.map(lambda v: round_decimals(float(v), 2)).reset_index()
+
+
+def articles_measured_gib(arts: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdcalc.validation.articles_vs_measurements` in GiB, the unit the engines report (what the
+    article prints kept as printed, in its own unit), ratios to two decimals."""
+    from pdcalc.core.precision import round_decimals
+
+    a = arts.reset_index()
+    out = pd.DataFrame({"quantity": a["quantity"], "article prints": a["article prints"]})
+    for col in ("article", "pdcalc", "measured"):
+        out[f"{col} (GiB)"] = round_decimals((a[f"{col} (GB)"] * 1e9 / 2**30).to_numpy(float), 2)
+    out["article / measured"] = round_decimals(a["article / measured"].to_numpy(float), 2)
+    out["pdcalc / measured"] = round_decimals(a["pdcalc / measured"].to_numpy(float), 2)
+    out["measurement"] = a["measurement"]
+    return out
+
+
+def errata_brief(page: str | None = None):
+    """The errata of :func:`pdcalc.errata.errata_table` in a table that fits the column: rank, severity
+    (coloured), where (article and section), the quantity linked to the row of the audit that judges it
+    (:func:`pdcalc.claims.pages`, :func:`pdcalc.claims.anchor`), what the article prints, what the
+    official model and engine give, and what it changes. ``page``: the page it is shown on (a link to a
+    row of that page stays on it)."""
+    import html
+
+    from IPython.display import HTML
+
+    from pdcalc.audit import claims
+    from pdcalc.audit.errata import errata_table
+    from pdcalc.book.display import table, verdict_badge
+
+    t = errata_table().reset_index()
+    homes = claims.pages()
+    df = pd.DataFrame({"#": t["rank"], "severity": t["severity"],
+                       "where": [f"{a.upper()} §{s}" for a, s in zip(t["article"], t["section"])],
+                       "quantity": t["quantity"], "the article prints": t["printed"],
+                       "official model / engine": t["official model / engine"], "what it changes": t["what it changes"]})
+    links = []
+    for cid, q in zip(t["id"], t["quantity"]):
+        home = homes.get(cid)
+        href = (f"#{claims.anchor(cid)}" if home == page else f"{home}.html#{claims.anchor(cid)}") if home else None
+        links.append(f'<a href="{href}">{html.escape(q)}</a>' if href else html.escape(q))
+    cells = {"severity": [verdict_badge("erratum", s).replace("erratum · ", "") for s in t["severity"]],
+             "quantity": links,
+             "where": [f'<span style="white-space:nowrap">{html.escape(w)}</span>' for w in df["where"]]}
+    return HTML(table(df, caption="the articles' most consequential errata, most severe first",
+                      csv_name="errata", cell_html=cells).data)
+
+
+# ------------------------------------------------------------------------------ any model type
+def _config(model):
+    """The :class:`~pdcalc.model.ModelConfig` of a preset name, a config.json path or a config."""
+    from pdcalc.model.config import load_config
+
+    return model if hasattr(model, "model_type") else load_config(model)
+
+
+def _kb(x: float, decimals: int = 3) -> str:
+    return f"{x / 1e3:,.{decimals}f}"
+
+
+def kv_cache_story(model, engine: str, *, article_upper_kb=None) -> str:
+    """What ``model`` really caches, in a paragraph for the KV chapter (markdown), from its config.
+
+    DeepSeek-V4: the sliding window, compressed and indexer caches by layer kind; the MLA types: one latent
+    plus the RoPE key per token and layer (V3.2: and the indexer's key). ``article_upper_kb``: the V4
+    article's uncompressed upper bound, set against the real uncompressed cache of a V4 model.
+    """
+    from pdcalc.model.kv_layout import indexer_entry_bytes
+
+    cfg = _config(model)
+    name = f"`{cfg.name}` ({cfg.model_type})"
+    mtp = cfg.num_nextn_predict_layers
+    tail = (f"Every cache of every layer kind, as {engine} stores it page by page (see `pdcalc.kv_cache` "
+            "for the source of every entry size):")
+    if cfg.model_type == "deepseek_v4":
+        ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
+        small, large = min(r for r in ratios if r), max(ratios)
+        entry = cfg.head_dim * 2
+        upper = cfg.num_hidden_layers * entry
+        versus = f", not {article_upper_kb}" if article_upper_kb is not None else ""
+        return (f"{name} has no per-token latent on every layer. Every layer keeps a sliding window of the last "
+                f"{cfg.sliding_window} raw entries; {ratios.count(small)} layers (CSA) also keep one "
+                f"compressed entry per {small} tokens and an indexer entry that selects which of them to "
+                f"read; {ratios.count(large)} layers (HCA) keep one compressed entry per {large} tokens; "
+                f"{ratios.count(0)} layers" + (" (and the MTP layer)" if mtp else "") + " keep only the window; the "
+                "compressors keep a small rolling state (the ratios are `compress_ratios` of `config.json`). A raw "
+                f"entry is one {cfg.head_dim}-dimensional vector with the RoPE dimensions inside it ({_kb(entry)} KB "
+                f"in BF16), so even an uncompressed cache would be {_kb(upper, 1)} KB per token{versus}. " + tail)
+    latent = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2
+    layers = f"{cfg.num_hidden_layers} layers" + (f" (and its {mtp} MTP layer{'s' if mtp > 1 else ''})" if mtp else "")
+    text = (f"{name} uses MLA: on each of its {layers} it caches, per token, one "
+            f"{cfg.kv_lora_rank}-dimensional latent and a {cfg.qk_rope_head_dim}-dimensional RoPE key "
+            f"({_kb(latent)} KB in BF16, {_kb(latent * cfg.num_hidden_layers, 1)} KB per token over the main "
+            "model). Nothing is windowed or compressed, so every token of context adds the same bytes and "
+            "nothing is fixed per sequence. ")
+    if cfg.sparse:
+        text += (f"Its lightning indexer adds one {cfg.index_head_dim}-value key per token and layer "
+                 f"({indexer_entry_bytes(cfg, engine):,.0f} B in {engine}) and selects the {cfg.index_topk:,} "
+                 "tokens each query attends to, which bounds what a decode step reads but not what is stored. ")
+    return text + tail
+
+
+def block_story(model, *, article_o_rank=None) -> str:
+    """The official block of ``model`` against the V4 article's drawing, in a paragraph (markdown);
+    ``article_o_rank``: the article's output-group rank, set against a V4 model's."""
+    cfg = _config(model)
+    if cfg.model_type == "deepseek_v4":
+        ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
+        theirs = article_o_rank if article_o_rank is not None else "the article's"
+        return (f"The official block differs in three ways: there is no `wkv_b` (the single KV head, "
+                f"{cfg.head_dim} wide, is read directly as key and value), the output groups have rank "
+                f"{cfg.o_lora_rank} rather than {theirs}, and {sum(1 for r in ratios if r)} of the "
+                f"{cfg.num_hidden_layers} layers add a KV compressor, {ratios.count(4)} of them a sparse-attention "
+                f"indexer. The first {cfg.num_hash_layers} layers route by a token-id hash table instead "
+                "of the learned router. The official main model therefore has these kinds of block:")
+    dense = sum(1 for i in range(cfg.num_hidden_layers) if not cfg.is_moe_layer(i))
+    q = (f"a low-rank query (rank {cfg.q_lora_rank})" if cfg.q_lora_rank else "a full-rank query projection `wq`")
+    parts = [f"`{cfg.name}` ({cfg.model_type}) is an MLA model like the article's drawing: {q}, a "
+             f"{cfg.kv_lora_rank}-wide KV latent with its up-projection `wkv_b`, {cfg.num_attention_heads} heads; "
+             "it has no mHC mixing and no KV compressor."]
+    if cfg.sparse:
+        parts.append(f"Every layer adds a lightning indexer ({cfg.index_n_heads} heads of "
+                     f"{cfg.index_head_dim}) that picks {cfg.index_topk:,} tokens per query.")
+    first = "Its first layer has" if dense == 1 else f"Its first {dense} layers have"
+    parts.append(f"{first} a dense FFN and the other "
+                 f"{cfg.num_hidden_layers - dense} a MoE layer of {cfg.n_routed_experts} routed"
+                 + (f" and {cfg.n_shared_experts} shared" if cfg.n_shared_experts else "")
+                 + f" experts, {cfg.num_experts_per_tok} chosen per token by a {cfg.scoring_func} router"
+                 + (" with a score-correction bias" if cfg.router_bias else "") + ". Its kinds of block:")
+    return " ".join(parts)
+
+
+def example_layer(model) -> tuple[int, str]:
+    """A representative main-model layer of ``model`` and what it shows: V4, the first ratio-4 layer
+    (compressor and indexer); the MLA types, the first MoE layer."""
+    cfg = _config(model)
+    if cfg.model_type == "deepseek_v4":
+        i = next((i for i in range(cfg.num_hidden_layers) if cfg.compress_ratio(i) == 4), 0)
+        return i, f"an official block with a 4:1 compressor and an indexer (layer {i})"
+    i = next((i for i in range(cfg.num_hidden_layers) if cfg.is_moe_layer(i)), 0)
+    return i, f"an official MoE block (layer {i})" + (", with its indexer" if cfg.sparse else "")
+
+
+def other_model_note(model, chapter_model: str = "deepseek-v4-flash", *, quant: str | None = None,
+                     asked_quant: str | None = None) -> str | None:
+    """A note for a chapter re-run on a model other than the one its article describes (markdown), or None.
+
+    The article's numbers are audited against the official ``chapter_model`` whatever the run's model, so
+    the verdicts stand; the tables, charts and sentences built from the run's model describe that model.
+    """
+    cfg, ref = _config(model), _config(chapter_model)
+    if cfg.name == ref.name:
+        return None
+    return (f"> **This page describes `{cfg.name}` ({cfg.model_type}).** "
+            f"It was re-run with `model` = `{cfg.name}`. The tables, charts and sentences built from `model` describe "
+            f"that model, its {cfg.num_hidden_layers} layers and {cfg.n_routed_experts} routed experts. The "
+            f"article's printed numbers are still checked against the official `{ref.name}`, which is what the "
+            "article describes, so the verdicts and the audit are those of the published page."
+            + (f" Its weights are stored as `{quant}`: `{asked_quant}` is DeepSeek-V4's own checkpoint recipe."
+               if quant and asked_quant and quant != asked_quant else ""))
+
+
+def architecture_findings(model, *, article_o_rank, quant: str) -> dict[str, str]:
+    """The model-dependent findings of the architecture chapter (markdown), keyed ``card``, ``block``, ``mtp``."""
+    from pdcalc.model.quant import weight_bytes
+
+    cfg = _config(model)
+    counts = get_inventory(model).counts()
+    total, active = f"{counts.total / 1e9:.2f}", f"{counts.activated / 1e9:.2f}"
+    mtp_gb = weight_bytes(model, quant, part="mtp") / 1e9
+    main_gb = weight_bytes(model, quant) / 1e9
+    if cfg.model_type == "deepseek_v4":
+        ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
+        card = (f"**The model card holds, except for its KV cache.** The official model has {total} billion "
+                f"parameters in its main model and activates {active} billion per token, as §1.2 says")
+        block = (f"**The article's block is not V4's.** Its attention has a `wkv_b` that V4 does not have and output "
+                 f"groups of rank {article_o_rank} instead of {cfg.o_lora_rank}; {sum(1 for r in ratios if r)} of the "
+                 f"{cfg.num_hidden_layers} official layers add a KV compressor")
+    else:
+        card = (f"**`{cfg.name}` has {total} billion parameters in its main model** and activates {active} "
+                "billion per token")
+        block = (f"**`{cfg.name}` is an MLA model ({cfg.model_type}):** {cfg.num_hidden_layers} layers with a "
+                 f"`wkv_b` up-projection, {cfg.n_routed_experts} routed experts, no mHC and no compressor"
+                 + ("; a lightning indexer on every layer" if cfg.sparse else ""))
+    if mtp_gb:
+        mtp = (f"**The checkpoint carries an MTP module the article leaves out:** {mtp_gb:.2f} GB beside the "
+               f"{main_gb:.2f} GB main model")
+    else:
+        mtp = f"**This config declares no MTP module:** the main model is {main_gb:.2f} GB as {quant}"
+    return {"card": card, "block": block, "mtp": mtp}
+
+
+def family_table(models=None, *, context: int = 32768) -> pd.DataFrame:
+    """The official presets side by side: model type, routed experts (top-k), parameters (billions:
+    main model, activated per token, MTP module) and the KV cache per token of context at ``context`` tokens
+    in each engine (KB, MTP layers included, averaged over the sequence: windows and states spread over it).
+
+    Source: the tensor inventories (:mod:`pdcalc.inventory`) and the engine layouts (:mod:`pdcalc.kv_cache`).
+    """
+    from pdcalc.model.config import CONFIG_PRESETS, load_config
+    from pdcalc.model.kv_cache import kv_bytes
+    from pdcalc.model.kv_layout import ENGINES
+
+    rows = []
+    for name in models or CONFIG_PRESETS:
+        cfg, counts = load_config(name), get_inventory(name).counts()
+        row = {"model": name, "type": cfg.model_type,
+               "experts (top-k)": f"{cfg.n_routed_experts} ({cfg.num_experts_per_tok})",
+               "params (B)": counts.total / 1e9, "active (B)": counts.activated / 1e9, "MTP (B)": counts.mtp / 1e9}
+        for engine in ENGINES:
+            row[f"KV {engine} (KB)"] = float(kv_bytes(cfg, context, engine).per_token_bytes_average) / 1e3
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("model")
+
+
+def architecture_stories(model, *, quant: str, article_model: str, article_ii_printed) -> dict[str, str]:
+    """The architecture chapter's model-dependent sentences (markdown), keyed ``class_ii`` (a finding),
+    ``ii_gap`` (what the class-II gap is made of), ``mtp_clause`` and ``loads`` (what the deployment loads)."""
+    from pdcalc.model.quant import V4_ASCEND_W8A8, get_scheme, release_scheme, scheme_label, weight_bytes
+
+    cfg = _config(model)
+    inv, art = get_inventory(model), get_inventory(article_model)
+    off, art_split = class_split(model, quant), class_split(article_model, "article-1byte")
+    ii, one = float(off.iloc[1]), float(off.iloc[0])
+    v4 = cfg.model_type == "deepseek_v4"
+    label = scheme_label(quant)
+    if v4:
+        class_ii = (f"**The replicated class II is {ii / 1e9:.2f} GB per card, not {article_ii_printed:g} GB.** The "
+                    f"article's own shapes give {float(art_split.iloc[1]) / 1e9:.2f} GB; the official model as the {label} "
+                    f"checkpoint stores it needs {ii / 1e9:.2f} GB ({ii / 2**30:.2f} GiB) on every card, "
+                    f"{ii / float(art_split.iloc[1]):.2f} times the article's figure. EP divides only the "
+                    f"{one / 1e9:.1f} GB of routed experts")
+        mhc = inv.params(category="mhc") / art.params(category="mhc")
+        ii_gap = ("Most of the gap is the attention: wider output projections, the KV compressors and indexers, and mHC "
+                  f"mixing weights {mhc:.0f} times the article's estimate. The embedding and output head are also "
+                  "untied (the official config sets `tie_word_embeddings: false`), so the head is a second matrix, as "
+                  "the article conservatively assumed.")
+    else:
+        class_ii = (f"**`{cfg.name}` replicates {ii / 1e9:.2f} GB on every card** ({ii / 2**30:.2f} GiB as the {label} "
+                    f"checkpoint stores it); EP divides only its {one / 1e9:.1f} GB of routed experts")
+        ii_gap = (f"`{cfg.name}` is another model than the article's, so this ratio compares two models; it says "
+                  "nothing about the article's arithmetic.")
+    mtp_b = inv.counts().mtp / 1e9
+    mtp_clause = (f"its MTP module, which speculative decoding loads beside it, adds {mtp_b:.2f} billion more" if mtp_b
+                  else "its config declares no MTP module")
+    main_gb, mtp_gb = weight_bytes(model, quant) / 1e9, weight_bytes(model, quant, part="mtp") / 1e9
+    release = release_scheme(model)
+    rel_gb = weight_bytes(model, release, part="all") / 1e9
+    sch = get_scheme(quant)
+    if quant == V4_ASCEND_W8A8 and v4:
+        how = ("The Ascend W8A8 checkpoint, as msModelSlim's recipe writes it, keeps the embedding, output head, norms, "
+               "router, mHC weights, the output projections `wo_a` and `wo_b` and the compressors in floating point "
+               "and quantizes the other linear layers to int8; vllm-ascend holds each int8 row's scale and offset in "
+               "BF16 with an fp32 copy of the scale, and gives the MTP draft an embedding and a head of its own "
+               "(`pdcalc.quant`).")
+    else:
+        how = f"The scheme `{quant}`: {sch.description}."
+    mtp_part = (f" and the MTP module that speculative decoding loads adds {mtp_gb:.2f} GB, which the article leaves "
+                "out of every card" if mtp_gb else "; the config declares no MTP module")
+    if sch.mtp_vocab_copies and mtp_gb:
+        vocab = 2 * cfg.vocab_size * cfg.hidden_size * 2 / 1e9
+        mtp_part += f" (its own embedding and head put another {vocab:.2f} GB on each card)"
+    loads = (f"The article assumes one byte per parameter. {how} Under `quant` the main model is {main_gb:.2f} GB"
+             f"{mtp_part}. For comparison, the official release ({scheme_label(release)}, main model and MTP) is "
+             f"{rel_gb:.1f} GB. Each tensor group's storage, folded:")
+    return {"class_ii": class_ii, "ii_gap": ii_gap, "mtp_clause": mtp_clause, "loads": loads}
+
+
+def kv_words(model) -> dict[str, str]:
+    """The KV chapter's model-dependent phrases (markdown): what the slope and the fixed part of a sequence's
+    cache are made of (``slope_what``, ``fixed_what``) and how the engines' layouts differ (``engines_differ``).
+    Source: :mod:`pdcalc.kv_cache` (the layouts and their sources)."""
+    cfg = _config(model)
+    mtp = " and MTP" if cfg.num_nextn_predict_layers else ""
+    if cfg.model_type == "deepseek_v4":
+        return {"slope_what": f"the compressed, indexer{mtp} entries",
+                "fixed_what": "the sliding windows and compressor states, whatever the context",
+                "engines_differ": ("The three engines differ by their entry formats (BF16 on the 910B, FP8 with "
+                                   "scales in vLLM's CUDA kernels, BF16 in DeepSeek's reference code) and by page "
+                                   "rounding"),
+                "ratio_trend": "the cost of the fixed windows fades and the slope takes over"}
+    what = "latent, RoPE key and indexer key" if cfg.sparse else "latent and RoPE key"
+    return {"slope_what": f"the {what} of every layer{', the MTP layer included' if mtp else ''}",
+            "fixed_what": "nothing for this model, which keeps no window and no compressor state",
+            "engines_differ": ("The three engines store the MLA latent alike (BF16 by default) and differ by "
+                               + ("the indexer's key (FP8 with a scale in the reference code and vLLM, BF16 in "
+                                  "vllm-ascend) and " if cfg.sparse else "") + "page rounding"),
+            "ratio_trend": "with nothing fixed per sequence, only page rounding moves it"}

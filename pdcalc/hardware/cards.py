@@ -1,0 +1,283 @@
+"""Accelerator presets (``pdcalc/data/hardware.toml``) and user hardware files.
+
+Units are in the field names: bytes, bytes per second, FLOP per second. A user's own card is a TOML
+file with the same keys; a missing or nonsensical field is an error naming the file and the field.
+
+Every number is finite and positive, and at most a bound that leaves room for cards decades ahead:
+
+=================================================== ============ ================================
+field                                               at most      largest preset
+=================================================== ============ ================================
+hbm_bytes, hbm_visible_bytes, hbm_marketed_bytes    2**50 B      192.3e9 B (B200); 1 PiB
+hbm_bandwidth_bytes_per_s (and its range)           2**50 B/s    7.7e12 B/s (B200); 1.1 PB/s
+intra_node_bytes_per_s, scale_out_bytes_per_s       2**50 B/s    900e9 B/s (B200 NVLink)
+flops_per_s.<dtype> (and flops_per_s_range)         2**60 FLOP/s 4.5e15 (B200 FP8); 1.2e18
+cards_per_node                                      65,536       8 (a rack-scale domain: 72, 384)
+=================================================== ============ ================================
+
+``hbm_visible_bytes`` is at most ``hbm_bytes``; a ``*_range`` is ``[low, high]``, two such numbers with
+``low <= high``, and the bandwidth range contains the bandwidth used.
+
+Memory, three figures
+---------------------
+``hbm_bytes`` is what the device's management tool reports (``nvidia-smi``/``npu-smi`` total, in MiB of
+2**20 B): 143,771 MiB on an H200, 65,536 MiB on a 64 GiB 910B. ``hbm_visible_bytes`` is what the framework
+sees (``torch.cuda``/``torch_npu`` total capacity, the base of a serving engine's memory utilisation) where a
+public log gives it. ``hbm_marketed_bytes`` is the datasheet's figure ("141 GB"), kept for comparison only.
+
+Family, sources, assumptions
+----------------------------
+``family`` is required: ``"ascend"`` or ``"nvidia"`` (:data:`FAMILIES`); it picks the default KV-cache
+engine (:func:`pdcalc.kv_cache.default_engine`). A missing or unknown family is a one-line error naming
+the field and the allowed values.
+
+``sources`` maps each figure (:meth:`Card.figures`: ``hbm_bytes``, ``flops_per_s.int8``, ...) to the
+document it comes from, with a quote; ``flops_per_s`` covers every dtype. ``assumed`` lists the figures
+no public source gives and ``assumption`` says what was assumed (required when ``assumed`` is not empty),
+so that a chapter can show them (:meth:`Card.provenance`). Both are optional in a user's file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from pdcalc.core import checks
+from pdcalc.core.errors import ConfigError, UnknownNameError, load_toml
+
+#: Upper bounds of the card fields (see the module docstring).
+MAX_BYTES = 2**50
+MAX_BYTES_PER_S = 2**50
+MAX_FLOPS_PER_S = 2**60
+MAX_CARDS_PER_NODE = 65536
+
+#: Card makers; ``family`` must be one of them (it picks the default KV-cache engine).
+FAMILIES = ("ascend", "nvidia")
+
+#: Scalar figures a card may set (``flops_per_s.<dtype>`` come on top, one per dtype).
+FIGURES = ("hbm_bytes", "hbm_visible_bytes", "hbm_marketed_bytes", "hbm_bandwidth_bytes_per_s",
+           "hbm_bandwidth_bytes_per_s_range", "flops_per_s_range", "intra_node_bytes_per_s",
+           "scale_out_bytes_per_s", "cards_per_node")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Card:
+    """One accelerator."""
+
+    name: str                                   # preset slug or file name
+    label: str                                  # human-readable name
+    family: str                                 # "ascend" or "nvidia" (FAMILIES)
+    hbm_bytes: float                            # device memory as nvidia-smi / npu-smi report it
+    hbm_bandwidth_bytes_per_s: float            # HBM bandwidth used by the models
+    flops_per_s: dict                           # dense peak per dtype, FLOP/s
+    intra_node_bytes_per_s: float               # per device, one way, inside a node
+    scale_out_bytes_per_s: float                # per device, one way, between nodes
+    cards_per_node: int = 8                     # devices per server
+    hbm_visible_bytes: float | None = None      # what the framework sees (torch total capacity), when documented
+    hbm_marketed_bytes: float | None = None     # the datasheet's figure, for comparison only
+    hbm_bandwidth_bytes_per_s_range: tuple | None = None  # [low, high] where sources disagree
+    flops_per_s_range: tuple | None = None
+    source: str = ""                            # one-line summary for tables
+    sources: dict = field(default_factory=dict, repr=False)  # figure -> document and quote
+    assumed: tuple = ()                         # figures no public source gives
+    assumption: str = ""                        # what was assumed for them, and why
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        src = self.name
+
+        def check(name, fn, *args, **kw):
+            try:
+                return fn("", *args, **kw)
+            except checks.InputError as exc:
+                raise ConfigError(src, name, str(exc)) from None
+
+        if not isinstance(self.family, str) or self.family not in FAMILIES:
+            raise ConfigError(src, "family", f"must be one of {', '.join(FAMILIES)} (the card's maker; it picks "
+                              f"the default KV-cache engine), got {checks.show(self.family)}")
+        for name, high, unit in (("hbm_bytes", MAX_BYTES, "bytes"),
+                                 ("hbm_bandwidth_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
+                                 ("intra_node_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
+                                 ("scale_out_bytes_per_s", MAX_BYTES_PER_S, "bytes/s")):
+            check(name, checks.number, getattr(self, name), low=0, high=high, low_open=True, unit=unit)
+        if not isinstance(self.flops_per_s, dict) or not self.flops_per_s:
+            raise ConfigError(src, "flops_per_s", "must be a non-empty table of dtype = FLOP/s, e.g. "
+                              f"{{ bf16 = 989e12 }}, got {checks.show(self.flops_per_s)}")
+        for k, v in self.flops_per_s.items():
+            check(f"flops_per_s.{k}", checks.number, v, low=0, high=MAX_FLOPS_PER_S, low_open=True, unit="FLOP/s")
+        cards = check("cards_per_node", checks.integer, self.cards_per_node, low=1, high=MAX_CARDS_PER_NODE)
+        object.__setattr__(self, "cards_per_node", cards)  # 8.0 -> 8
+        check("label", checks.text, self.label)
+        check("source", checks.text, self.source, allow_empty=True)
+        if self.hbm_visible_bytes is not None:
+            check("hbm_visible_bytes", checks.number, self.hbm_visible_bytes, low=0, high=MAX_BYTES, low_open=True,
+                  unit="bytes")
+            if self.hbm_visible_bytes > self.hbm_bytes:
+                raise ConfigError(src, "hbm_visible_bytes", f"must be at most hbm_bytes ({self.hbm_bytes:,}), "
+                                  f"got {self.hbm_visible_bytes:,}")
+        if self.hbm_marketed_bytes is not None:
+            check("hbm_marketed_bytes", checks.number, self.hbm_marketed_bytes, low=0, high=MAX_BYTES, low_open=True,
+                  unit="bytes")
+        for name, high, unit in (("hbm_bandwidth_bytes_per_s_range", MAX_BYTES_PER_S, "bytes/s"),
+                                 ("flops_per_s_range", MAX_FLOPS_PER_S, "FLOP/s")):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _checked_range(src, name, value, high, unit))
+        rng = self.hbm_bandwidth_bytes_per_s_range
+        if rng is not None and not rng[0] <= self.hbm_bandwidth_bytes_per_s <= rng[1]:
+            raise ConfigError(src, "hbm_bandwidth_bytes_per_s_range", f"must contain hbm_bandwidth_bytes_per_s "
+                              f"({self.hbm_bandwidth_bytes_per_s:g}), got [{rng[0]:g}, {rng[1]:g}]")
+        self._check_provenance(src)
+
+    def _check_provenance(self, src: str) -> None:
+        """``sources``, ``assumed`` and ``assumption``: each names figures the card sets."""
+        if not isinstance(self.sources, dict):
+            raise ConfigError(src, "sources", "must be a table of figure = \"document and quote\", e.g. "
+                              f"{{ hbm_bytes = \"nvidia-smi in ...\" }}, got {checks.show(self.sources)}")
+        figures = self.figures()
+        known = figures + tuple(k for k in ("flops_per_s",) if self.flops_per_s)
+        for key, text in self.sources.items():
+            if key not in known:
+                raise ConfigError(src, f"sources.{key}", f"names no figure this card sets; known: {', '.join(known)}")
+            if not isinstance(text, str) or not text.strip():
+                raise ConfigError(src, f"sources.{key}", f"must be a non-empty text, got {checks.show(text)}")
+        assumed = self.assumed
+        if isinstance(assumed, str) or not isinstance(assumed, (list, tuple)):
+            raise ConfigError(src, "assumed", f"must be a list of figure names, e.g. [\"flops_per_s.int8\"], "
+                              f"got {checks.show(assumed)}")
+        for key in assumed:
+            if key not in figures:
+                raise ConfigError(src, "assumed", f"{checks.show(key)} names no figure this card sets; known: "
+                                  f"{', '.join(figures)}")
+        if len(set(assumed)) != len(assumed):
+            raise ConfigError(src, "assumed", f"lists a figure twice: {checks.show(list(assumed))}")
+        object.__setattr__(self, "assumed", tuple(assumed))
+        if not isinstance(self.assumption, str):
+            raise ConfigError(src, "assumption", f"must be a text, got {checks.show(self.assumption)}")
+        if assumed and not self.assumption.strip():
+            raise ConfigError(src, "assumption", "missing: say what was assumed for the figures in 'assumed' "
+                              "and why")
+        if self.assumption.strip() and not assumed:
+            raise ConfigError(src, "assumed", "missing: list the figures the 'assumption' text is about")
+
+    def figures(self) -> tuple[str, ...]:
+        """Names of the figures this card sets, ``flops_per_s.<dtype>`` one per dtype (see :data:`FIGURES`)."""
+        out = []
+        for name in FIGURES:
+            if name == "flops_per_s_range":
+                out.extend(f"flops_per_s.{k}" for k in self.flops_per_s)
+            if getattr(self, name) is not None:
+                out.append(name)
+        return tuple(out)
+
+    def source_of(self, figure: str) -> str:
+        """The document a figure comes from: its own ``sources`` entry, else ``flops_per_s``'s for a dtype,
+        else the ``assumption`` when the figure is assumed; ``""`` when the card gives none."""
+        if figure in self.sources:
+            return self.sources[figure]
+        if figure.startswith("flops_per_s.") and "flops_per_s" in self.sources:
+            return self.sources["flops_per_s"]
+        if figure in self.assumed:
+            return f"assumed: {self.assumption}"
+        return ""
+
+    def provenance(self) -> list[dict]:
+        """One row per figure: ``figure``, ``value``, ``unit``, ``assumed`` (bool) and ``source``, for a
+        chapter's table of where each number comes from."""
+        units = {"hbm": "bytes", "intra": "bytes/s", "scale": "bytes/s", "flops": "FLOP/s", "cards": "cards"}
+        rows = []
+        for figure in self.figures():
+            if figure.startswith("flops_per_s."):
+                value = self.flops_per_s[figure.split(".", 1)[1]]
+            else:
+                value = getattr(self, figure)
+            unit = "bytes/s" if "bytes_per_s" in figure else units[figure.split("_")[0]]
+            rows.append({"figure": figure, "value": value, "unit": unit, "assumed": figure in self.assumed,
+                         "source": self.source_of(figure)})
+        return rows
+
+    @property
+    def usable_base_bytes(self) -> float:
+        """Memory a serving engine's utilisation fraction applies to: the visible memory where known."""
+        return self.hbm_visible_bytes or self.hbm_bytes
+
+    def flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype`` (error listing the known dtypes if absent)."""
+        try:
+            return self.flops_per_s[dtype]
+        except KeyError:
+            raise UnknownNameError(f"dtype for {self.name}", dtype, self.flops_per_s) from None
+
+
+def _checked_range(src: str, name: str, value, high: float, unit: str) -> tuple:
+    """``[low, high]``: two finite positive numbers (at most ``high``) with ``low <= high``, as a tuple."""
+    what = f"must be [low, high]: two finite numbers in (0, {high:,}] ({unit}) with low <= high"
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(src, name, f"{what}, got {checks.show(value)}")
+    for i, v in enumerate(value):
+        try:
+            checks.number("", v, low=0, high=high, low_open=True)
+        except checks.InputError:
+            raise ConfigError(src, name, f"{what}, got {checks.show(list(value))}") from None
+    if value[0] > value[1]:
+        raise ConfigError(src, name, f"{what}, got low {value[0]:g} > high {value[1]:g}")
+    return tuple(value)
+
+
+_FIELDS = set(Card.__dataclass_fields__) - {"name", "extra"}
+
+
+def card_from_dict(data: dict, *, name: str, source_file: str) -> Card:
+    """A :class:`Card` from the table of a preset or of a user's TOML file (``source_file`` names it in errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(source_file, None, f"expected a table of card fields, got {checks.show(data)}")
+    known = {k: v for k, v in data.items() if k in _FIELDS}
+    if "family" not in known:
+        raise ConfigError(source_file, "family", f"missing: must be one of {', '.join(FAMILIES)} (the card's "
+                          "maker; it picks the default KV-cache engine), e.g. family = \"ascend\"")
+    for required in ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "flops_per_s", "intra_node_bytes_per_s",
+                     "scale_out_bytes_per_s"):
+        if required not in known:
+            raise ConfigError(source_file, required, "missing")
+    known.setdefault("label", name)
+    try:
+        return Card(name=name, extra={k: v for k, v in data.items() if k not in _FIELDS}, **known)
+    except ConfigError as exc:
+        raise ConfigError(source_file, exc.field, exc.message) from None
+
+
+@cache
+def _presets() -> dict[str, dict]:
+    path = resources.files("pdcalc").joinpath("data", "hardware.toml")
+    with path.open("rb") as fh:
+        return tomllib.load(fh)
+
+
+
+def card_names() -> tuple[str, ...]:
+    """Preset slugs."""
+    return tuple(_presets())
+
+
+def get_card(name: str | Path | Card) -> Card:
+    """A card preset by slug (``ascend-910b2``, ``h200`` ...) or a path to a TOML file with the same keys."""
+    if isinstance(name, Card):
+        return name
+    key = str(name)
+    presets = _presets()
+    if key in presets:
+        return card_from_dict(presets[key], name=key, source_file="pdcalc/data/hardware.toml")
+    if key.strip() and (Path(key).suffix == ".toml" or _exists(key)):
+        path = Path(key)
+        return card_from_dict(load_toml(path, key), name=path.stem, source_file=key)
+    raise UnknownNameError("card", key, presets)  # also an empty name ('' would be the current folder)
+
+
+def _exists(key: str) -> bool:
+    try:
+        return Path(key).exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL character
+        return False

@@ -1,0 +1,258 @@
+"""What the planner is asked: the cluster and checkpoint (:class:`Setup`), the load
+(:class:`Workload`), the latency targets and their sources (:class:`Targets`), and the constraints a split
+must meet.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pdcalc.core.checks import InputError, boolean, fraction, integer, number, show, text
+from pdcalc.core.errors import LayoutError, PdcalcError
+from pdcalc.perf import step as tput
+from pdcalc.reality import measurements
+
+CONSTRAINTS = ("P memory", "D memory", "KV capacity", "prefill load", "TTFT", "TPOT")
+
+#: Constraints of an aggregated (co-located) layout, in the order that names the binding one: the mean step
+#: (TPOT) before the prefill load, since prompts only get the room the TPOT target leaves in a step.
+AGG_CONSTRAINTS = ("memory", "KV capacity", "TPOT", "prefill load", "TTFT")
+
+#: The two ways to run a cluster that :func:`plan` compares.
+MODES = ("disaggregated", "aggregated")
+
+#: Most concurrency levels of the frontier (:attr:`Setup.frontier_points`).
+MAX_FRONTIER_POINTS = 256
+
+#: Largest cluster :class:`Setup` accepts (the planner is linear in it; this only stops a typo running away).
+MAX_CARDS = 65_536
+
+#: Most batch sizes per layout the decode step may be computed at (:attr:`Setup.decode_grid`).
+MAX_DECODE_GRID = 4_096
+
+# closeness when nothing fits: P and D memory are one stage (a split is as close as its worse side)
+STAGES = {"P memory": 0, "D memory": 0, "KV capacity": 1, "prefill load": 2, "TTFT": 3, "TPOT": 4}
+AGG_STAGES = {k: i for i, k in enumerate(AGG_CONSTRAINTS)}
+
+
+def _positive_ints(name: str, value, *, allow_none: bool = False) -> tuple[int, ...] | None:
+    """A non-empty sequence of integers >= 1 as a tuple, duplicates removed, order kept."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray) or len(value) == 0:
+        raise InputError(name, f"must be a non-empty list of integers >= 1, got {show(value)}")
+    return tuple(dict.fromkeys(integer(f"{name}[{i}]", v, low=1) for i, v in enumerate(value)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What the deployment must serve. Invalid values raise :class:`pdcalc.checks.InputError`."""
+
+    prompt_tokens: int                   # tokens per prompt
+    output_tokens: int                   # tokens generated per request
+    rate_per_s: float | None = None      # requests per second (or give concurrency)
+    concurrency: int | None = None       # sequences decoding at once (or give rate_per_s)
+    ttft_s: float | None = None          # target time to first token; None: no target
+    tpot_s: float | None = None          # target time per output token; None: no target
+
+    def __post_init__(self):
+        put = object.__setattr__
+        for name in ("prompt_tokens", "output_tokens"):
+            put(self, name, integer(name, getattr(self, name), low=1))
+        if (self.rate_per_s is None) == (self.concurrency is None):
+            raise InputError("rate_per_s", "give exactly one of rate_per_s (requests per second) and concurrency "
+                                            "(sequences decoding at once), got "
+                                            + ("neither" if self.rate_per_s is None else "both"))
+        if self.rate_per_s is not None:
+            put(self, "rate_per_s", number("rate_per_s", self.rate_per_s, low=0, low_open=True,
+                                           unit="requests per second"))
+        if self.concurrency is not None:
+            put(self, "concurrency", integer("concurrency", self.concurrency, low=1))
+        for name in ("ttft_s", "tpot_s"):
+            if getattr(self, name) is not None:
+                put(self, name, number(name, getattr(self, name), low=0, low_open=True, unit="seconds"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    """Model, hardware and engine assumptions of a plan. Invalid values raise
+    :class:`pdcalc.checks.InputError`; names (model, card, scheme, engine) are resolved when planning."""
+
+    model: str | Path = "deepseek-v4-flash"   # preset or config.json
+    quant: str | None = None                  # weights as stored (pdcalc.quant); None: quant.default_scheme_on
+    weights_model: str | Path | None = None   # inventory that sizes the weights (e.g. an article preset); None: model
+    weights_quant: str | None = None          # scheme for weights_model; None: quant
+    card: str | Path = "ascend-910b2"         # card preset or hardware TOML
+    cards: int = 64                           # cluster size, 2..MAX_CARDS
+    mtp: bool = True                          # MTP module loaded (weights)
+    utilization: float = 0.9                  # gpu-memory-utilization
+    base: str = "visible"                     # memory utilisation applies to: "visible" or "installed"
+    engine: str | None = None                 # KV layout (pdcalc.kv_cache.ENGINES); None: the card's family's
+                                              # engine (pdcalc.kv_cache.default_engine: vLLM on NVIDIA, vllm-ascend on Ascend)
+    kv_cache_dtype: str | None = None         # the engine's KV cache format (kv_cache.kv_bytes); None: its default
+    kv_bytes_per_token: float | None = None   # constant KV bytes per token instead of the engine layout
+    p_overhead_bytes: float = 3.5e9           # activations + framework per P card
+    d_overhead_bytes: float = 4.0e9           # activations + framework per D card
+    bandwidth_bytes_per_s: float = 18e9       # effective P -> D transfer bandwidth per request
+    transfer_fixed_s: float = 0.0             # fixed cost per transfer
+    tp_options: tuple[int, ...] = (1,)        # TP degrees tried on both sides (those the model allows)
+    p_tp_options: tuple[int, ...] | None = None  # TP degrees tried on the P side; None: tp_options
+    d_tp_options: tuple[int, ...] | None = None  # TP degrees tried on the D side; None: tp_options
+    sizes: tuple[int, ...] | None = None      # instance sizes (cards) tried; None: powers of two up to cards
+    mfu: float = tput.DEFAULT_MFU
+    mbu: float = tput.DEFAULT_MBU
+    comm_eff: float = tput.DEFAULT_COMM_EFF
+    max_load: float = 0.8                     # highest prefill utilisation accepted, in (0, 1)
+    use_all_cards: bool = False               # only splits that use the whole cluster
+    decode_grid: int = 48                     # batch sizes the decode step is computed at per layout
+    step_kwargs: dict = field(default_factory=dict)  # extra keyword arguments for throughput.step
+    measured_weights: bool = False            # size weights from a logged figure where one matches the layout
+    aggregated: bool = True                   # also evaluate co-located (aggregated) layouts
+    frontier_points: int = 16                 # concurrency levels of the frontier; 0: no frontier
+
+    def __post_init__(self):
+        put = object.__setattr__
+        if self.quant is None:
+            from pdcalc.model.quant import default_scheme_on
+
+            try:
+                put(self, "quant", default_scheme_on(self.model, self.card))
+            except PdcalcError:  # a bad model name: reported when planning, with the other names
+                put(self, "quant", "w8a8")
+        put(self, "cards", integer("cards", self.cards, low=2, high=MAX_CARDS))
+        put(self, "mtp", boolean("mtp", self.mtp))
+        put(self, "use_all_cards", boolean("use_all_cards", self.use_all_cards))
+        put(self, "measured_weights", boolean("measured_weights", self.measured_weights))
+        for name in ("utilization", "mfu", "mbu", "comm_eff"):
+            put(self, name, fraction(name, getattr(self, name)))
+        if text("base", self.base) not in ("visible", "installed"):
+            raise InputError("base", f"must be 'visible' or 'installed', got {show(self.base)}")
+        load = number("max_load", self.max_load, low=0, high=1, low_open=True)
+        if load == 1:
+            raise InputError("max_load", "must be a finite number in (0, 1) (a prefill utilisation below 1), got 1")
+        put(self, "max_load", load)
+        put(self, "p_overhead_bytes", number("p_overhead_bytes", self.p_overhead_bytes, low=0, unit="bytes"))
+        put(self, "d_overhead_bytes", number("d_overhead_bytes", self.d_overhead_bytes, low=0, unit="bytes"))
+        put(self, "transfer_fixed_s", number("transfer_fixed_s", self.transfer_fixed_s, low=0, unit="seconds"))
+        put(self, "bandwidth_bytes_per_s", number("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, low=0,
+                                                  low_open=True, unit="bytes per second"))
+        if self.kv_bytes_per_token is not None:
+            put(self, "kv_bytes_per_token", number("kv_bytes_per_token", self.kv_bytes_per_token, low=0,
+                                                   low_open=True, unit="bytes"))
+        put(self, "tp_options", _positive_ints("tp_options", self.tp_options))
+        put(self, "p_tp_options", _positive_ints("p_tp_options", self.p_tp_options, allow_none=True))
+        put(self, "d_tp_options", _positive_ints("d_tp_options", self.d_tp_options, allow_none=True))
+        put(self, "aggregated", boolean("aggregated", self.aggregated))
+        if self.engine is None:
+            from pdcalc.model.kv_layout import default_engine
+
+            put(self, "engine", default_engine(self.card))
+        put(self, "frontier_points", integer("frontier_points", self.frontier_points, low=0,
+                                             high=MAX_FRONTIER_POINTS))
+        put(self, "sizes", _positive_ints("sizes", self.sizes, allow_none=True))
+        put(self, "decode_grid", integer("decode_grid", self.decode_grid, low=2, high=MAX_DECODE_GRID))
+        if not isinstance(self.step_kwargs, dict):
+            raise InputError("step_kwargs", f"must be a dict of keyword arguments, got {show(self.step_kwargs)}")
+
+    @property
+    def p_tps(self) -> tuple[int, ...]:
+        """TP degrees tried on the P side."""
+        return self.p_tp_options or self.tp_options
+
+    @property
+    def d_tps(self) -> tuple[int, ...]:
+        """TP degrees tried on the D side."""
+        return self.d_tp_options or self.tp_options
+
+    @property
+    def a_tps(self) -> tuple[int, ...]:
+        """TP degrees tried for a co-located instance: those of either side."""
+        return tuple(dict.fromkeys(self.p_tps + self.d_tps))
+
+    @property
+    def a_overhead_bytes(self) -> float:
+        """Activations + framework on a co-located card: the larger of the P and D figures (it runs both)."""
+        return max(self.p_overhead_bytes, self.d_overhead_bytes)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Latency targets and where each comes from (``None``: no target, stated "none")."""
+
+    ttft_s: float | None
+    tpot_s: float | None
+    ttft_source: str
+    tpot_source: str
+
+    def stated(self, which: str) -> str:
+        """A target as a reader reads it: ``"50 ms"``, ``"1.5 s"`` or ``"none"`` (``which``: "TTFT" or "TPOT")."""
+        v = {"TTFT": self.ttft_s, "TPOT": self.tpot_s}[which]
+        return "none" if v is None else latency_text(v)
+
+    def as_dict(self) -> dict:
+        """``{"TPOT": {"seconds", "stated", "source"}, "TTFT": {...}}``."""
+        return {k: {"seconds": v, "stated": self.stated(k), "source": src}
+                for k, v, src in (("TPOT", self.tpot_s, self.tpot_source), ("TTFT", self.ttft_s, self.ttft_source))}
+
+
+#: Registry entries the default targets come from.
+TPOT_SLO_ID = "cloudmatrix384-r1-decode-per-npu-tpot50"
+USER_SPEED_ID = "deepseek-prod-h800-decode-per-node"
+
+
+def _number_before(pattern: str, text: str | None, what: str) -> float:
+    m = re.search(pattern, text or "")
+    if not m:
+        raise LayoutError(f"the registry no longer states {what} in the expected form: {text!r}")
+    return float(m.group(1))
+
+
+def default_targets() -> Targets:
+    """The published service levels used as default targets.
+
+    TPOT: CloudMatrix384 decodes DeepSeek-R1 "(<50 ms TPOT)" (its ``workload`` field), and DeepSeek's
+    own service decodes at "20-22 tokens/s per user", one token every :math:`1/20` s at the slower end;
+    the stricter of the two. TTFT: none published, so none.
+    """
+    cm = measurements.get(TPOT_SLO_ID)
+    ds = measurements.get(USER_SPEED_ID)
+    cm_s = _number_before(r"TPOT\s*<\s*(\d+(?:\.\d+)?)\s*ms", cm.workload, "a TPOT bound") / 1e3
+    speed = re.search(r"(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*tokens/s per user", ds.workload or "")
+    if not speed:
+        raise LayoutError(f"the registry no longer states a per-user speed in the expected form: {ds.workload!r}")
+    slow, fast = float(speed.group(1)), float(speed.group(2))
+    ds_s = 1 / slow
+    tpot = min(cm_s, ds_s)
+    tpot_src = (f"CloudMatrix384 serves DeepSeek-R1 decode at TPOT < {cm_s * 1e3:g} ms (arXiv 2506.12708, "
+                f"abstract; registry {cm.id}), and DeepSeek's own service decodes at {slow:g}-{fast:g} tokens/s "
+                f"per user, one token every {ds_s * 1e3:g} ms at the slower end (open-infra-index, day 6; "
+                f"registry {ds.id})")
+    ttft_src = ("neither the measurements registry nor the reference notes hold a published TTFT service level "
+                "(the registry's only TTFT is a measurement of Qwen3-8B at concurrency 1), so the prefill side is "
+                "held only by the planner's load limit")
+    return Targets(ttft_s=None, tpot_s=tpot, ttft_source=ttft_src, tpot_source=tpot_src)
+
+
+def resolve_targets(work: "Workload", targets: Targets | None = None) -> Targets:
+    """The targets a plan applies: ``targets`` as given, else the workload's where it has one (source
+    "given") and the published service level of :func:`default_targets` where it has none
+    (its source; for TTFT none is published, so none)."""
+    if targets is not None:
+        if not isinstance(targets, Targets):
+            raise InputError("targets", f"must be a pdcalc.plan.Targets or None, got {show(targets)}")
+        return targets
+    d = default_targets()
+    return Targets(ttft_s=work.ttft_s if work.ttft_s is not None else d.ttft_s,
+                   tpot_s=work.tpot_s if work.tpot_s is not None else d.tpot_s,
+                   ttft_source="given" if work.ttft_s is not None else d.ttft_source,
+                   tpot_source="given" if work.tpot_s is not None else d.tpot_source)
+
+
+def latency_text(seconds: float) -> str:
+    return f"{1e3 * seconds:,.1f} ms" if math.isfinite(seconds) else "unbounded (prefill saturated)"
