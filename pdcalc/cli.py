@@ -354,7 +354,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_rerun(args) -> int:
-    from pdcalc.book.rerun import ChapterFailed, ParameterError, chapter_parameters, parse_value, rerun
+    from pdcalc.book.parameters import ParameterError, chapter_parameters, parse_value
+    from pdcalc.book.rerun import ChapterFailed, rerun
 
     declared = chapter_parameters(args.chapter)
     params: dict = {}
@@ -374,15 +375,14 @@ def cmd_rerun(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="pdcalc", description="DeepSeek MoE deployment arithmetic, recomputed.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def _add_params(sub) -> None:
     sp = sub.add_parser("params", help="parameter counts of a model (preset name or config.json path)")
     sp.add_argument("model", type=_name)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_params)
 
+
+def _add_claims(sub) -> None:
     from pdcalc.audit.registry import SEVERITIES, VERDICTS
 
     sc = sub.add_parser("claims", help="the articles' numbers, recomputed, with verdicts")
@@ -393,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=cmd_claims)
 
+
+def _add_memory(sub) -> None:
     sm = sub.add_parser("memory", help="per-card weights and what is left for the KV cache")
     sm.add_argument("model", type=_name)
     sm.add_argument("--card", required=True, type=_name)
@@ -417,6 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=cmd_memory)
 
+
+def _add_kv(sub) -> None:
     sk = sub.add_parser("kv", help="KV cache bytes per sequence as an engine stores it")
     sk.add_argument("model", type=_name)
     sk.add_argument("--context", type=_int(1, MAX_TOKENS), required=True, help="tokens in the cache")
@@ -428,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     sk.add_argument("--json", action="store_true")
     sk.set_defaults(func=cmd_kv)
 
+
+def _add_throughput(sub) -> None:
     st = sub.add_parser("throughput", help="prefill and decode step time and tokens/s of a TP x DP (x EP) layout")
     st.add_argument("model", type=_name)
     st.add_argument("--card", required=True, type=_name)
@@ -455,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_throughput)
 
+
+def _add_plan(sub) -> None:
     spl = sub.add_parser("plan", help="rank every P/D split of a cluster for a workload, against co-located "
                                       "instances on the same cards")
     spl.add_argument("--model", default="deepseek-v4-flash", type=_name)
@@ -490,10 +498,14 @@ def build_parser() -> argparse.ArgumentParser:
     spl.add_argument("--json", action="store_true")
     spl.set_defaults(func=cmd_plan)
 
+
+def _add_list(sub) -> None:
     sl = sub.add_parser("list", help="model presets, card presets and quantization schemes")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=cmd_list)
 
+
+def _add_rerun(sub) -> None:
     sr = sub.add_parser("rerun", help="execute a copy of a book chapter with other parameter values",
                         description="Execute a copy of a book chapter with other parameter values (papermill); "
                                     "parameters are checked before anything runs.")
@@ -504,6 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output folder, never inside book/ (default: pdcalc-runs)")
     sr.add_argument("--html", action="store_true", help="also write a standalone HTML page (charts work offline)")
     sr.set_defaults(func=cmd_rerun)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="pdcalc", description="DeepSeek MoE deployment arithmetic, recomputed.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_params, _add_claims, _add_memory, _add_kv, _add_throughput, _add_plan, _add_list, _add_rerun):
+        add(sub)
     return p
 
 

@@ -35,7 +35,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "pdcalc.flops": ("pdcalc.perf.flops",),
     "pdcalc.costs": ("pdcalc.perf.costs", "pdcalc.perf.cost_points"),
     "pdcalc.transfer": ("pdcalc.perf.transfer",),
-    "pdcalc.throughput": ("pdcalc.perf.step", "pdcalc.perf.shape", "pdcalc.perf.flops", "pdcalc.perf.traffic",
+    "pdcalc.throughput": ("pdcalc.perf.step", "pdcalc.perf.inputs", "pdcalc.perf.roofline", "pdcalc.perf.shape", "pdcalc.perf.flops", "pdcalc.perf.traffic",
                           "pdcalc.perf.comm", "pdcalc.perf.kernels", "pdcalc.perf.routing",
                           "pdcalc.perf.speculative", "pdcalc.perf.schedule", "pdcalc.perf.published",
                           "pdcalc.reality.published_runs"),

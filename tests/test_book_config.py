@@ -79,7 +79,7 @@ def test_toc_has_the_parts_in_order(toc):
 
 
 def test_every_book_page_is_in_a_part(toc):
-    from pdcalc.book.rerun import toc_entries
+    from pdcalc.book.parameters import toc_entries
 
     in_parts = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     sources = sorted(str(p.relative_to(REPO).with_suffix("")) for p in BOOK.glob("*") if p.suffix in (".md", ".ipynb"))
@@ -89,7 +89,7 @@ def test_every_book_page_is_in_a_part(toc):
 
 
 def test_rerun_lists_the_notebooks_of_every_part():
-    from pdcalc.book.rerun import chapters
+    from pdcalc.book.parameters import chapters
 
     names = set(chapters())
     assert {Path(f).name for files in PARTS.values() for f in files if (REPO / (f + ".ipynb")).exists()} <= names

@@ -131,10 +131,11 @@ def test_v32_decode_is_cheaper_than_v3_at_long_context_and_costlier_at_short():
 
 def test_family_table_has_every_preset_with_its_counts_and_caches():
     from pdcalc.book import report
+    from pdcalc.book import stories
     from pdcalc.model.config import CONFIG_PRESETS
     from pdcalc.model.inventory import get_inventory
 
-    t = report.family_table(context=32768)
+    t = stories.family_table(context=32768)
     assert list(t.index) == list(CONFIG_PRESETS)
     for name in CONFIG_PRESETS:
         c = get_inventory(name).counts()

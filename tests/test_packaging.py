@@ -132,7 +132,7 @@ def test_core_dependencies_are_light(pyproject):
 
 
 def _toc_entries(toc: dict) -> list[str]:
-    from pdcalc.book.rerun import toc_entries
+    from pdcalc.book.parameters import toc_entries
 
     return toc_entries(toc)
 

@@ -16,6 +16,7 @@ from pdcalc.perf import traffic as tput
 from pdcalc.plan import labels as labels_mod
 from pdcalc.plan import launch as launch_mod
 from pdcalc.plan import recommend as R
+from pdcalc.plan import views
 from pdcalc.plan import workload as workload_mod
 from pdcalc.plan.labels import card_plans
 from pdcalc.plan.roles import sides, weights_log
@@ -345,7 +346,7 @@ def test_sentences_follow_the_result(v4, v3):
     assert "times the article's" in v4.trade_off() and v4.published_issue == ""
     assert v3.published_issue in v3.headline() and v3.published_issue in v3.trade_off()
     assert f"{v4.targets.tpot_s * 1e3:,.1f} ms" in v4.condition() and "no TTFT target" in v4.condition()
-    assert v4.limit_note().startswith("The tightest constraint is " + R._what(v4.binding))
+    assert v4.limit_note().startswith("The tightest constraint is " + views.constraint_text(v4.binding))
     small = _v4(cards=8)
     assert small.headline() == small.reason == small.limit_note() and small.trade_off() == ""
     assert small.weights_note() == "No card to show: nothing fits"

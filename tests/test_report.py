@@ -46,7 +46,6 @@ def test_plans_table_shows_the_verdict():
 import math  # noqa: E402
 
 import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 
 from pdcalc.layout.deployment import get_deployment  # noqa: E402
 from pdcalc.layout.memory import budget  # noqa: E402

@@ -19,7 +19,9 @@ import nbformat
 import pytest
 from test_page import page_text
 
+from pdcalc.book import parameters as rp
 from pdcalc.book import rerun as rr
+from pdcalc.book import validators as rv
 from pdcalc.core import errors as errors_mod
 from pdcalc.core.errors import MAX_MESSAGE, PdcalcError, UnknownNameError
 from pdcalc.model.quant import V4_ASCEND_W8A8
@@ -116,19 +118,19 @@ def chart_html(nb) -> str:
 # parameters
 # ---------------------------------------------------------------------------------------------
 def test_chapter_parameters_read_from_the_parameters_cell():
-    params = rr.chapter_parameters("per_card")
+    params = rp.chapter_parameters("per_card")
     assert params["d_ep"] == (32, int, "cards per decode EP group")
     assert params["utilization"].type is float and params["mtp"].type is bool
     assert list(params)[:2] == ["model", "article_model"]
-    assert rr.chapter_parameters(CHAPTER) == params          # a path works too
-    assert rr.chapter_parameters("kv_memory")["block_size"].default is None
+    assert rp.chapter_parameters(CHAPTER) == params          # a path works too
+    assert rp.chapter_parameters("kv_memory")["block_size"].default is None
 
 
 def test_every_toc_chapter_is_known_and_its_defaults_validate():
-    known = rr.chapters()
+    known = rp.chapters()
     assert {"architecture", "per_card", "kv_memory", "transfer", "pd_split"} <= set(known)
     for name in known:
-        assert rr.validate(name, {}) == {}
+        assert rv.validate(name, {}) == {}
 
 
 @pytest.mark.parametrize("text,expected,value", [
@@ -138,12 +140,12 @@ def test_every_toc_chapter_is_known_and_its_defaults_validate():
     ("{p_act: 5, p_fw: 3}", type(None), {"p_act": 5, "p_fw": 3}), ("eight", int, "eight"),
 ])
 def test_command_line_values_parse_like_papermill(text, expected, value):
-    assert rr.parse_value(text, expected) == value
+    assert rp.parse_value(text, expected) == value
 
 
 def test_every_parameter_of_every_chapter_has_a_validator():
-    for name in rr.chapters():
-        missing = [k for k in rr.chapter_parameters(name) if k not in rr.VALIDATORS]
+    for name in rp.chapters():
+        missing = [k for k in rp.chapter_parameters(name) if k not in rv.VALIDATORS]
         assert not missing, f"{name}: no validator for {missing}"
 
 
@@ -158,12 +160,12 @@ def test_every_parameter_of_every_chapter_has_a_validator():
      "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]", type(None), "parameter 'x': more than 10,000 items"),
 ])
 def test_odd_command_line_text_is_one_line_parameter_error(text, expected, message):
-    with pytest.raises(rr.ParameterError) as info:
-        rr.parse_value(text, expected, name="x")
+    with pytest.raises(rp.ParameterError) as info:
+        rp.parse_value(text, expected, name="x")
     assert str(info.value).startswith(message)
     assert len(str(info.value).splitlines()) == 1 and len(str(info.value)) < 300
-    with pytest.raises(rr.ParameterError, match=r"^value '"):  # without a name: the value, shortened
-        rr.parse_value(text, expected)
+    with pytest.raises(rp.ParameterError, match=r"^value '"):  # without a name: the value, shortened
+        rp.parse_value(text, expected)
 
 
 @pytest.mark.parametrize("chapter,name,text,message", [
@@ -179,105 +181,105 @@ def test_odd_command_line_text_is_one_line_parameter_error(text, expected, messa
     ("per_card", "card", "\udcff\udcfe", "parameter 'card': unknown card '\\udcff\\udcfe'"),
 ])
 def test_odd_values_reach_validation_as_one_line_errors_naming_the_parameter(chapter, name, text, message):
-    declared = rr.chapter_parameters(chapter)
-    value = rr.parse_value(text, declared[name].type, name=name)
-    with pytest.raises(rr.ParameterError) as info:
-        rr.validate(chapter, {name: value})
+    declared = rp.chapter_parameters(chapter)
+    value = rp.parse_value(text, declared[name].type, name=name)
+    with pytest.raises(rp.ParameterError) as info:
+        rv.validate(chapter, {name: value})
     assert str(info.value).startswith(message)
     assert len(str(info.value).splitlines()) == 1
 
 
 def test_validate_converts_and_resolves(tmp_path, monkeypatch):
-    assert rr.validate("per_card", {"utilization": 1}) == {"utilization": 1.0}
-    assert rr.validate("kv_memory", {"engine": "vllm", "block_size": 256}) == {"engine": "vllm", "block_size": 256}
+    assert rv.validate("per_card", {"utilization": 1}) == {"utilization": 1.0}
+    assert rv.validate("kv_memory", {"engine": "vllm", "block_size": 256}) == {"engine": "vllm", "block_size": 256}
     from importlib import resources
 
     config = tmp_path / "config.json"
     config.write_text(resources.files("pdcalc").joinpath("data", "models", "deepseek_v4_flash_config.json").read_text())
     monkeypatch.chdir(tmp_path)
     # a relative path is made absolute: the chapter runs in book/
-    assert rr.validate("per_card", {"model": "config.json"}) == {"model": str(config)}
-    with pytest.raises(rr.ParameterError, match="'model': .*no such file"):
-        rr.validate("per_card", {"model": "missing/config.json"})
+    assert rv.validate("per_card", {"model": "config.json"}) == {"model": str(config)}
+    with pytest.raises(rp.ParameterError, match="'model': .*no such file"):
+        rv.validate("per_card", {"model": "missing/config.json"})
 
 
 @pytest.mark.parametrize("chapter,params,error,message", [
-    ("per_card", {"dep": 16}, rr.ParameterError,
+    ("per_card", {"dep": 16}, rp.ParameterError,
      "unknown parameter 'dep' for chapter per_card; its parameters: model, article_model, quant, card,"),
-    ("per_card", {"p_ep": "eight"}, rr.ParameterError, "parameter 'p_ep': must be an integer like its default 8"),
-    ("per_card", {"utilization": 1.5}, rr.ParameterError,
+    ("per_card", {"p_ep": "eight"}, rp.ParameterError, "parameter 'p_ep': must be an integer like its default 8"),
+    ("per_card", {"utilization": 1.5}, rp.ParameterError,
      "parameter 'utilization': must be a finite number in (0, 1], got 1.5"),
-    ("per_card", {"d_ep": 1000}, rr.ParameterError,
+    ("per_card", {"d_ep": 1000}, rp.ParameterError,
      "parameter 'd_ep': 1000 cards for deepseek-v4-flash: cannot spread 256 experts (+0 redundant) over 1000 cards"),
-    ("per_card", {"card": "tpu-v5"}, rr.ParameterError,
+    ("per_card", {"card": "tpu-v5"}, rp.ParameterError,
      "parameter 'card': unknown card 'tpu-v5'; known: ascend-910b2, ascend-910b3, ascend-910b4"),
-    ("per_card", {"mtp": "yes"}, rr.ParameterError, "parameter 'mtp': must be true or false"),
-    ("per_card", {"tp_alt": 0}, rr.ParameterError, "parameter 'tp_alt': must be an integer in 1..65,536, got 0"),
-    ("per_card", {"model": "deepseek-v4-flash-article"}, rr.ParameterError, "is an article's architecture"),
-    ("per_card", {"quant": "int3"}, rr.ParameterError, "unknown quantization scheme 'int3'; known: article-1byte"),
-    ("transfer", {"model": "deepseek-v3"}, rr.ParameterError, "this chapter takes a deepseek_v4 model"),
-    ("kv_memory", {"engine": "reference", "block_size": 64}, rr.ParameterError,
+    ("per_card", {"mtp": "yes"}, rp.ParameterError, "parameter 'mtp': must be true or false"),
+    ("per_card", {"tp_alt": 0}, rp.ParameterError, "parameter 'tp_alt': must be an integer in 1..65,536, got 0"),
+    ("per_card", {"model": "deepseek-v4-flash-article"}, rp.ParameterError, "is an article's architecture"),
+    ("per_card", {"quant": "int3"}, rp.ParameterError, "unknown quantization scheme 'int3'; known: article-1byte"),
+    ("transfer", {"model": "deepseek-v3"}, rp.ParameterError, "this chapter takes a deepseek_v4 model"),
+    ("kv_memory", {"engine": "reference", "block_size": 64}, rp.ParameterError,
      "parameter 'block_size': 64 with engine 'reference': the reference implementation does not page"),
-    ("kv_memory", {"engine": "sglang"}, rr.ParameterError, "unknown engine 'sglang'; known: reference, vllm"),
-    ("kv_memory", {"overhead_gb": {"p_act": 1}}, rr.ParameterError, "exactly the keys p_act, p_fw, d_act, d_fw"),
-    ("kv_memory", {"max_model_len": -5}, rr.ParameterError, "'max_model_len': must be an integer in 1..16,777,216"),
-    ("pd_split", {"d_sizes": [16, 512]}, rr.ParameterError, "512 cards for deepseek-v4-flash: cannot spread"),
-    ("pd_split", {"d_sizes": [16, "x"]}, rr.ParameterError, "every item must be an integer"),
-    ("transfer", {"measurement": "nope"}, rr.ParameterError, "unknown transfer measurement 'nope'"),
-    ("transfer", {"bandwidth_gb_s": 0}, rr.ParameterError, "'bandwidth_gb_s': must be a finite number in 0.001..1,000,000 (GB/s), got 0"),
-    ("transfer", {"mfu": 0}, rr.ParameterError, "'mfu': must be a finite number in (0, 1]"),
+    ("kv_memory", {"engine": "sglang"}, rp.ParameterError, "unknown engine 'sglang'; known: reference, vllm"),
+    ("kv_memory", {"overhead_gb": {"p_act": 1}}, rp.ParameterError, "exactly the keys p_act, p_fw, d_act, d_fw"),
+    ("kv_memory", {"max_model_len": -5}, rp.ParameterError, "'max_model_len': must be an integer in 1..16,777,216"),
+    ("pd_split", {"d_sizes": [16, 512]}, rp.ParameterError, "512 cards for deepseek-v4-flash: cannot spread"),
+    ("pd_split", {"d_sizes": [16, "x"]}, rp.ParameterError, "every item must be an integer"),
+    ("transfer", {"measurement": "nope"}, rp.ParameterError, "unknown transfer measurement 'nope'"),
+    ("transfer", {"bandwidth_gb_s": 0}, rp.ParameterError, "'bandwidth_gb_s': must be a finite number in 0.001..1,000,000 (GB/s), got 0"),
+    ("transfer", {"mfu": 0}, rp.ParameterError, "'mfu': must be a finite number in (0, 1]"),
     ("no_such_chapter", {}, UnknownNameError, "unknown chapter 'no_such_chapter'; known: architecture, hardware, intro, kv_memory"),
     # values that used to pass, run the chapter and fail there (exit 1): now refused before anything runs
-    ("v3_throughput", {"other_card": "tpu-v5"}, rr.ParameterError, "parameter 'other_card': unknown card 'tpu-v5'"),
-    ("v3_throughput", {"other_quant": "int3"}, rr.ParameterError,
+    ("v3_throughput", {"other_card": "tpu-v5"}, rp.ParameterError, "parameter 'other_card': unknown card 'tpu-v5'"),
+    ("v3_throughput", {"other_quant": "int3"}, rp.ParameterError,
      "parameter 'other_quant': unknown quantization scheme 'int3'"),
-    ("v3_throughput", {"other_card": "ascend-910b2"}, rr.ParameterError,
+    ("v3_throughput", {"other_card": "ascend-910b2"}, rp.ParameterError,
      "parameter 'other_card': card 'ascend-910b2' defines peak FLOP/s for bf16, fp16, int8 only; chapter "
      "v3_throughput computes the second card's steps (pdcalc.throughput.step) with other_quant 'fp8', which "
      "needs fp8 (the linear layers of fp8)"),
-    ("v3_throughput", {"other_quant": "w8a8"}, rr.ParameterError,
+    ("v3_throughput", {"other_quant": "w8a8"}, rp.ParameterError,
      "parameter 'other_quant': card 'h800' defines peak FLOP/s for bf16, fp16, fp8 only"),
-    ("v3_throughput", {"card": str(FP16_ONLY)}, rr.ParameterError, "and bf16 (attention)"),
-    ("validation", {"scheme": "int3"}, rr.ParameterError, "parameter 'scheme': unknown quantization scheme 'int3'"),
-    ("plan", {"cards": 1}, rr.ParameterError, "parameter 'cards': must be an integer in 2..65,536, got 1"),
-    ("plan", {"rate_per_s": 2.0, "concurrency": 64}, rr.ParameterError,
+    ("v3_throughput", {"card": str(FP16_ONLY)}, rp.ParameterError, "and bf16 (attention)"),
+    ("validation", {"scheme": "int3"}, rp.ParameterError, "parameter 'scheme': unknown quantization scheme 'int3'"),
+    ("plan", {"cards": 1}, rp.ParameterError, "parameter 'cards': must be an integer in 2..65,536, got 1"),
+    ("plan", {"rate_per_s": 2.0, "concurrency": 64}, rp.ParameterError,
      "parameter 'rate_per_s': give rate_per_s or concurrency, not both"),
-    ("plan", {"concurrency": 64, "rate_per_s": 2.0}, rr.ParameterError, "parameter 'concurrency': give rate_per_s"),
-    ("plan", {"card": str(FP16_ONLY)}, rr.ParameterError,
+    ("plan", {"concurrency": 64, "rate_per_s": 2.0}, rp.ParameterError, "parameter 'concurrency': give rate_per_s"),
+    ("plan", {"card": str(FP16_ONLY)}, rp.ParameterError,
      f"parameter 'card': card '{FP16_ONLY}' defines peak FLOP/s for fp16 only; chapter plan computes prefill "
      "and decode steps (pdcalc.throughput.step) with quant 'w8a8-msmodelslim', which needs int8 (the linear "
      "layers of w8a8-msmodelslim) and bf16 (attention)"),
-    ("plan", {"quant": "fp8"}, rr.ParameterError, "parameter 'quant': card 'ascend-910b2' defines peak FLOP/s"),
-    ("transfer", {"card": "h800"}, rr.ParameterError,
+    ("plan", {"quant": "fp8"}, rp.ParameterError, "parameter 'quant': card 'ascend-910b2' defines peak FLOP/s"),
+    ("transfer", {"card": "h800"}, rp.ParameterError,
      "parameter 'card': card 'h800' defines peak FLOP/s for bf16, fp16, fp8 only; chapter transfer computes the "
      "prefill compute time (pdcalc.flops.prefill_compute_seconds), which needs int8"),
-    ("plan", {"output_tokens": 40_000}, rr.ParameterError,
+    ("plan", {"output_tokens": 40_000}, rp.ParameterError,
      "parameter 'output_tokens': output_tokens (40,000) must be smaller than context (32,768, the chapter's default)"),
-    ("plan", {"context": 100_000, "output_tokens": 40_000}, rr.ParameterError, "replays the V4 article's scenario B"),
-    ("plan", {"tp_options": [3]}, rr.ParameterError,
+    ("plan", {"context": 100_000, "output_tokens": 40_000}, rp.ParameterError, "replays the V4 article's scenario B"),
+    ("plan", {"tp_options": [3]}, rp.ParameterError,
      "parameter 'tp_options': TP 3 for deepseek-v4-flash: 3 does not divide the 64 attention heads"),
-    ("plan", {"tp_options": [1, 0]}, rr.ParameterError, "parameter 'tp_options', item 2: must be an integer in 1.."),
-    ("per_card", {"tp_alt": 16}, rr.ParameterError, "16 does not divide the 8 output groups"),
-    ("pd_split", {"p_ep": 64}, rr.ParameterError, "parameter 'p_ep': p_ep = 64 must be one of p_sizes [2, 4, 8, 16, 32]"),
-    ("pd_split", {"d_sizes": [4, 8]}, rr.ParameterError, "parameter 'd_sizes': d_ep = 32 must be one of d_sizes [4, 8]"),
-    ("per_card", {"utilization": float("inf")}, rr.ParameterError, "parameter 'utilization': must be a finite number"),
-    ("per_card", {"utilization": float("nan")}, rr.ParameterError, "parameter 'utilization': must be a finite number"),
-    ("plan", {"bandwidth_gb_s": float("inf")}, rr.ParameterError, "parameter 'bandwidth_gb_s': must be a finite number"),
-    ("plan", {"rate_per_s": float("nan")}, rr.ParameterError, "parameter 'rate_per_s': must be a finite number"),
-    ("plan", {"cards": 10**4000}, rr.ParameterError, "parameter 'cards': must be an integer in 2..65,536, got an integer of"),
-    ("v3_throughput", {"card_counts": [8, 0]}, rr.ParameterError, "parameter 'card_counts', item 2: must be an integer"),
-    ("v3_throughput", {"users": 0}, rr.ParameterError, "parameter 'users': must be an integer in 1.."),
-    ("v3_throughput", {"mbu": 0}, rr.ParameterError, "parameter 'mbu': must be a finite number in (0, 1]"),
-    ("validation", {"comm_eff": 2}, rr.ParameterError, "parameter 'comm_eff': must be a finite number in (0, 1]"),
-    ("validation", {"overlap": 1}, rr.ParameterError, "parameter 'overlap': must be true or false"),
-    ("kv_memory", {"overhead_gb": {"p_act": 1, "p_fw": 1, "d_act": float("nan"), "d_fw": 1}}, rr.ParameterError,
+    ("plan", {"tp_options": [1, 0]}, rp.ParameterError, "parameter 'tp_options', item 2: must be an integer in 1.."),
+    ("per_card", {"tp_alt": 16}, rp.ParameterError, "16 does not divide the 8 output groups"),
+    ("pd_split", {"p_ep": 64}, rp.ParameterError, "parameter 'p_ep': p_ep = 64 must be one of p_sizes [2, 4, 8, 16, 32]"),
+    ("pd_split", {"d_sizes": [4, 8]}, rp.ParameterError, "parameter 'd_sizes': d_ep = 32 must be one of d_sizes [4, 8]"),
+    ("per_card", {"utilization": float("inf")}, rp.ParameterError, "parameter 'utilization': must be a finite number"),
+    ("per_card", {"utilization": float("nan")}, rp.ParameterError, "parameter 'utilization': must be a finite number"),
+    ("plan", {"bandwidth_gb_s": float("inf")}, rp.ParameterError, "parameter 'bandwidth_gb_s': must be a finite number"),
+    ("plan", {"rate_per_s": float("nan")}, rp.ParameterError, "parameter 'rate_per_s': must be a finite number"),
+    ("plan", {"cards": 10**4000}, rp.ParameterError, "parameter 'cards': must be an integer in 2..65,536, got an integer of"),
+    ("v3_throughput", {"card_counts": [8, 0]}, rp.ParameterError, "parameter 'card_counts', item 2: must be an integer"),
+    ("v3_throughput", {"users": 0}, rp.ParameterError, "parameter 'users': must be an integer in 1.."),
+    ("v3_throughput", {"mbu": 0}, rp.ParameterError, "parameter 'mbu': must be a finite number in (0, 1]"),
+    ("validation", {"comm_eff": 2}, rp.ParameterError, "parameter 'comm_eff': must be a finite number in (0, 1]"),
+    ("validation", {"overlap": 1}, rp.ParameterError, "parameter 'overlap': must be true or false"),
+    ("kv_memory", {"overhead_gb": {"p_act": 1, "p_fw": 1, "d_act": float("nan"), "d_fw": 1}}, rp.ParameterError,
      "parameter 'overhead_gb', key 'd_act': must be a finite number >= 0 (GB), got nan"),
-    ("kv_memory", {"block_size": 2**40}, rr.ParameterError, "parameter 'block_size': must be an integer in 1..1,048,576"),
-    ("per_card", {"model": "x" * 5000}, rr.ParameterError, "parameter 'model': must be a model preset or a config.json "
+    ("kv_memory", {"block_size": 2**40}, rp.ParameterError, "parameter 'block_size': must be an integer in 1..1,048,576"),
+    ("per_card", {"model": "x" * 5000}, rp.ParameterError, "parameter 'model': must be a model preset or a config.json "
                                                             "path, got a string of 5,000 characters"),
-    ("per_card", {"card": "a\x00b"}, rr.ParameterError, "parameter 'card': must be a name or a file path, got a string "
+    ("per_card", {"card": "a\x00b"}, rp.ParameterError, "parameter 'card': must be a name or a file path, got a string "
                                                           "holding a NUL character"),
-    ("per_card", {"card": "line\nbreak"}, rr.ParameterError, "parameter 'card': unknown card 'line\\nbreak'"),
+    ("per_card", {"card": "line\nbreak"}, rp.ParameterError, "parameter 'card': unknown card 'line\\nbreak'"),
 ])
 def test_bad_parameters_are_rejected_before_anything_runs(chapter, params, error, message, tmp_path):
     out = tmp_path / "runs"
@@ -340,9 +342,9 @@ def test_errors_of_a_rerun_are_one_line_whatever_their_text():
     assert "raised ValueError: first line second line third fourth (executed copy: odd\\nfolder/ch.ipynb)" \
         in str(failed)
     assert failed.exit_code == 1 and failed.evalue.startswith("first line\n")
-    for error in (rr.ParameterError("a\nb"), errors_mod.RerunError("c\rd\x0be")):
+    for error in (rp.ParameterError("a\nb"), errors_mod.RerunError("c\rd\x0be")):
         assert len(str(error).splitlines()) == 1 and "\x1b" not in str(error)
-    assert len(str(rr.ParameterError("x" * 10_000))) <= MAX_MESSAGE
+    assert len(str(rp.ParameterError("x" * 10_000))) <= MAX_MESSAGE
 
 
 def test_outdir_inside_book_is_refused(tmp_path):

@@ -56,7 +56,7 @@ def toc_files(toc: Path = REPO / "_toc.yml") -> list[str]:
     """Return every ``file:`` entry of a Jupyter Book 1 ``_toc.yml`` (root first), without suffix."""
     import yaml
 
-    from pdcalc.book.rerun import toc_entries
+    from pdcalc.book.parameters import toc_entries
 
     return toc_entries(yaml.safe_load(toc.read_text(encoding="utf-8")))
 

@@ -9,9 +9,9 @@ import math
 from pdcalc.audit.registry import printed_value
 from pdcalc.core.checks import InputError
 from pdcalc.layout.deployment import get_deployment
-from pdcalc.plan.labels import split_label
+from pdcalc.plan.labels import Colocated, PDSplit, split_label
 from pdcalc.plan.launch import TUTORIAL
-from pdcalc.plan.recommend import OUTPUT_SHARE, Colocated, PDSplit, Recommendation, recommend
+from pdcalc.plan.recommend import OUTPUT_SHARE, Recommendation, recommend
 
 
 def v4_article_split() -> PDSplit:

@@ -42,11 +42,11 @@ def _v3_memory_corrected():
 
 
 def _v3_memory_real():
-    from pdcalc.perf import step as tput
+    from pdcalc.perf.traffic import weight_bytes_per_card
 
     tp = printed_value("v3-2.3.3-tp8")
-    return (f"{tput.weight_bytes_per_card('deepseek-v3', 'w8a8', tp=tp) / GiB:.1f} GiB of W8A8 weights per card at "
-            f"TP{tp} without EP; {tput.weight_bytes_per_card('deepseek-v3', 'w8a8', tp=tp, ep=32) / GiB:.1f} GiB "
+    return (f"{weight_bytes_per_card('deepseek-v3', 'w8a8', tp=tp) / GiB:.1f} GiB of W8A8 weights per card at "
+            f"TP{tp} without EP; {weight_bytes_per_card('deepseek-v3', 'w8a8', tp=tp, ep=32) / GiB:.1f} GiB "
             f"with EP32")
 
 
@@ -181,10 +181,10 @@ def _v3_latency_corrected():
 
 
 def _v3_latency_real():
-    from pdcalc.perf import step as tput
+    from pdcalc.perf.step import step
 
-    st = tput.step("deepseek-v3", "ascend-910b2", tp=8, dp=4, ep=32, context=printed_value("v3-1.2-target-context"),
-                   concurrency=printed_value("v3-1.2-target-concurrency"), phase="decode")
+    st = step("deepseek-v3", "ascend-910b2", tp=8, dp=4, ep=32, context=printed_value("v3-1.2-target-context"),
+              concurrency=printed_value("v3-1.2-target-concurrency"), phase="decode")
     return f"{1e3 * float(st.time_s):.1f} ms per decode step (TP8 x DP4, EP32; memory-bound)"
 
 

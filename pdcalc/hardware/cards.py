@@ -87,81 +87,8 @@ class Card:
     extra: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        src = self.name
-
-        def check(name, fn, *args, **kw):
-            try:
-                return fn("", *args, **kw)
-            except checks.InputError as exc:
-                raise ConfigError(src, name, str(exc)) from None
-
-        if not isinstance(self.family, str) or self.family not in FAMILIES:
-            raise ConfigError(src, "family", f"must be one of {', '.join(FAMILIES)} (the card's maker; it picks "
-                              f"the default KV-cache engine), got {checks.show(self.family)}")
-        for name, high, unit in (("hbm_bytes", MAX_BYTES, "bytes"),
-                                 ("hbm_bandwidth_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
-                                 ("intra_node_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
-                                 ("scale_out_bytes_per_s", MAX_BYTES_PER_S, "bytes/s")):
-            check(name, checks.number, getattr(self, name), low=0, high=high, low_open=True, unit=unit)
-        if not isinstance(self.flops_per_s, dict) or not self.flops_per_s:
-            raise ConfigError(src, "flops_per_s", "must be a non-empty table of dtype = FLOP/s, e.g. "
-                              f"{{ bf16 = 989e12 }}, got {checks.show(self.flops_per_s)}")
-        for k, v in self.flops_per_s.items():
-            check(f"flops_per_s.{k}", checks.number, v, low=0, high=MAX_FLOPS_PER_S, low_open=True, unit="FLOP/s")
-        cards = check("cards_per_node", checks.integer, self.cards_per_node, low=1, high=MAX_CARDS_PER_NODE)
-        object.__setattr__(self, "cards_per_node", cards)  # 8.0 -> 8
-        check("label", checks.text, self.label)
-        check("source", checks.text, self.source, allow_empty=True)
-        if self.hbm_visible_bytes is not None:
-            check("hbm_visible_bytes", checks.number, self.hbm_visible_bytes, low=0, high=MAX_BYTES, low_open=True,
-                  unit="bytes")
-            if self.hbm_visible_bytes > self.hbm_bytes:
-                raise ConfigError(src, "hbm_visible_bytes", f"must be at most hbm_bytes ({self.hbm_bytes:,}), "
-                                  f"got {self.hbm_visible_bytes:,}")
-        if self.hbm_marketed_bytes is not None:
-            check("hbm_marketed_bytes", checks.number, self.hbm_marketed_bytes, low=0, high=MAX_BYTES, low_open=True,
-                  unit="bytes")
-        for name, high, unit in (("hbm_bandwidth_bytes_per_s_range", MAX_BYTES_PER_S, "bytes/s"),
-                                 ("flops_per_s_range", MAX_FLOPS_PER_S, "FLOP/s")):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, _checked_range(src, name, value, high, unit))
-        rng = self.hbm_bandwidth_bytes_per_s_range
-        if rng is not None and not rng[0] <= self.hbm_bandwidth_bytes_per_s <= rng[1]:
-            raise ConfigError(src, "hbm_bandwidth_bytes_per_s_range", f"must contain hbm_bandwidth_bytes_per_s "
-                              f"({self.hbm_bandwidth_bytes_per_s:g}), got [{rng[0]:g}, {rng[1]:g}]")
-        self._check_provenance(src)
-
-    def _check_provenance(self, src: str) -> None:
-        """``sources``, ``assumed`` and ``assumption``: each names figures the card sets."""
-        if not isinstance(self.sources, dict):
-            raise ConfigError(src, "sources", "must be a table of figure = \"document and quote\", e.g. "
-                              f"{{ hbm_bytes = \"nvidia-smi in ...\" }}, got {checks.show(self.sources)}")
-        figures = self.figures()
-        known = figures + tuple(k for k in ("flops_per_s",) if self.flops_per_s)
-        for key, text in self.sources.items():
-            if key not in known:
-                raise ConfigError(src, f"sources.{key}", f"names no figure this card sets; known: {', '.join(known)}")
-            if not isinstance(text, str) or not text.strip():
-                raise ConfigError(src, f"sources.{key}", f"must be a non-empty text, got {checks.show(text)}")
-        assumed = self.assumed
-        if isinstance(assumed, str) or not isinstance(assumed, (list, tuple)):
-            raise ConfigError(src, "assumed", f"must be a list of figure names, e.g. [\"flops_per_s.int8\"], "
-                              f"got {checks.show(assumed)}")
-        for key in assumed:
-            if key not in figures:
-                raise ConfigError(src, "assumed", f"{checks.show(key)} names no figure this card sets; known: "
-                                  f"{', '.join(figures)}")
-        if len(set(assumed)) != len(assumed):
-            raise ConfigError(src, "assumed", f"lists a figure twice: {checks.show(list(assumed))}")
-        object.__setattr__(self, "assumed", tuple(assumed))
-        if not isinstance(self.assumption, str):
-            raise ConfigError(src, "assumption", f"must be a text, got {checks.show(self.assumption)}")
-        if assumed and not self.assumption.strip():
-            raise ConfigError(src, "assumption", "missing: say what was assumed for the figures in 'assumed' "
-                              "and why")
-        if self.assumption.strip() and not assumed:
-            raise ConfigError(src, "assumed", "missing: list the figures the 'assumption' text is about")
+        _check_figures(self)
+        _check_provenance(self)
 
     def figures(self) -> tuple[str, ...]:
         """Names of the figures this card sets, ``flops_per_s.<dtype>`` one per dtype (see :data:`FIGURES`)."""
@@ -210,6 +137,87 @@ class Card:
             return self.flops_per_s[dtype]
         except KeyError:
             raise UnknownNameError(f"dtype for {self.name}", dtype, self.flops_per_s) from None
+
+
+def _check_figures(card: Card) -> None:
+    """Every figure of ``card`` within a sane range (a :class:`ConfigError` naming the field otherwise); ranges
+    as tuples and ``cards_per_node`` as an integer."""
+    src = card.name
+
+    def check(name, fn, *args, **kw):
+        try:
+            return fn("", *args, **kw)
+        except checks.InputError as exc:
+            raise ConfigError(src, name, str(exc)) from None
+
+    if not isinstance(card.family, str) or card.family not in FAMILIES:
+        raise ConfigError(src, "family", f"must be one of {', '.join(FAMILIES)} (the card's maker; it picks "
+                          f"the default KV-cache engine), got {checks.show(card.family)}")
+    for name, high, unit in (("hbm_bytes", MAX_BYTES, "bytes"),
+                             ("hbm_bandwidth_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
+                             ("intra_node_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
+                             ("scale_out_bytes_per_s", MAX_BYTES_PER_S, "bytes/s")):
+        check(name, checks.number, getattr(card, name), low=0, high=high, low_open=True, unit=unit)
+    if not isinstance(card.flops_per_s, dict) or not card.flops_per_s:
+        raise ConfigError(src, "flops_per_s", "must be a non-empty table of dtype = FLOP/s, e.g. "
+                          f"{{ bf16 = 989e12 }}, got {checks.show(card.flops_per_s)}")
+    for k, v in card.flops_per_s.items():
+        check(f"flops_per_s.{k}", checks.number, v, low=0, high=MAX_FLOPS_PER_S, low_open=True, unit="FLOP/s")
+    cards = check("cards_per_node", checks.integer, card.cards_per_node, low=1, high=MAX_CARDS_PER_NODE)
+    object.__setattr__(card, "cards_per_node", cards)  # 8.0 -> 8
+    check("label", checks.text, card.label)
+    check("source", checks.text, card.source, allow_empty=True)
+    if card.hbm_visible_bytes is not None:
+        check("hbm_visible_bytes", checks.number, card.hbm_visible_bytes, low=0, high=MAX_BYTES, low_open=True,
+              unit="bytes")
+        if card.hbm_visible_bytes > card.hbm_bytes:
+            raise ConfigError(src, "hbm_visible_bytes", f"must be at most hbm_bytes ({card.hbm_bytes:,}), "
+                              f"got {card.hbm_visible_bytes:,}")
+    if card.hbm_marketed_bytes is not None:
+        check("hbm_marketed_bytes", checks.number, card.hbm_marketed_bytes, low=0, high=MAX_BYTES, low_open=True,
+              unit="bytes")
+    for name, high, unit in (("hbm_bandwidth_bytes_per_s_range", MAX_BYTES_PER_S, "bytes/s"),
+                             ("flops_per_s_range", MAX_FLOPS_PER_S, "FLOP/s")):
+        value = getattr(card, name)
+        if value is not None:
+            object.__setattr__(card, name, _checked_range(src, name, value, high, unit))
+    rng = card.hbm_bandwidth_bytes_per_s_range
+    if rng is not None and not rng[0] <= card.hbm_bandwidth_bytes_per_s <= rng[1]:
+        raise ConfigError(src, "hbm_bandwidth_bytes_per_s_range", f"must contain hbm_bandwidth_bytes_per_s "
+                          f"({card.hbm_bandwidth_bytes_per_s:g}), got [{rng[0]:g}, {rng[1]:g}]")
+
+
+def _check_provenance(card: Card) -> None:
+    """``sources``, ``assumed`` and ``assumption``: each names figures the card sets."""
+    src = card.name
+    if not isinstance(card.sources, dict):
+        raise ConfigError(src, "sources", "must be a table of figure = \"document and quote\", e.g. "
+                          f"{{ hbm_bytes = \"nvidia-smi in ...\" }}, got {checks.show(card.sources)}")
+    figures = card.figures()
+    known = figures + tuple(k for k in ("flops_per_s",) if card.flops_per_s)
+    for key, text in card.sources.items():
+        if key not in known:
+            raise ConfigError(src, f"sources.{key}", f"names no figure this card sets; known: {', '.join(known)}")
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(src, f"sources.{key}", f"must be a non-empty text, got {checks.show(text)}")
+    assumed = card.assumed
+    if isinstance(assumed, str) or not isinstance(assumed, (list, tuple)):
+        raise ConfigError(src, "assumed", f"must be a list of figure names, e.g. [\"flops_per_s.int8\"], "
+                          f"got {checks.show(assumed)}")
+    for key in assumed:
+        if key not in figures:
+            raise ConfigError(src, "assumed", f"{checks.show(key)} names no figure this card sets; known: "
+                              f"{', '.join(figures)}")
+    if len(set(assumed)) != len(assumed):
+        raise ConfigError(src, "assumed", f"lists a figure twice: {checks.show(list(assumed))}")
+    object.__setattr__(card, "assumed", tuple(assumed))
+    if not isinstance(card.assumption, str):
+        raise ConfigError(src, "assumption", f"must be a text, got {checks.show(card.assumption)}")
+    if assumed and not card.assumption.strip():
+        raise ConfigError(src, "assumption", "missing: say what was assumed for the figures in 'assumed' "
+                          "and why")
+    if card.assumption.strip() and not assumed:
+        raise ConfigError(src, "assumed", "missing: list the figures the 'assumption' text is about")
 
 
 def _checked_range(src: str, name: str, value, high: float, unit: str) -> tuple:

@@ -260,81 +260,7 @@ class ModelConfig:
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # unread keys, kept for reference
 
     def __post_init__(self):
-        src = self.source
-
-        def store(name: str, value) -> None:  # frozen: write the canonical value (7168.0 -> 7168)
-            object.__setattr__(self, name, value)
-
-        if not isinstance(self.model_type, str) or self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ConfigError(src, "model_type", f"unsupported model_type {checks.show(self.model_type)} "
-                              f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-        for name in REQUIRED[self.model_type]:
-            if getattr(self, name) is None:
-                raise ConfigError(src, name, f"missing (required for model_type {self.model_type!r})")
-        for name in LIMITS:
-            value = getattr(self, name)
-            if value is None and name in _OPTIONAL:
-                continue
-            store(name, _int(src, name, value))
-        for name, check in (("tie_word_embeddings", checks.boolean), ("torch_dtype", checks.text)):
-            try:
-                store(name, check("", getattr(self, name)))
-            except checks.InputError as exc:
-                raise ConfigError(src, name, str(exc)) from None
-        if self.quantization_config is not None and not isinstance(self.quantization_config, dict):
-            raise ConfigError(src, "quantization_config", "must be an object (a JSON {...} table) or null, "
-                              f"got {checks.show(self.quantization_config)}")
-        for name in ("topk_method", "scoring_func"):
-            value = getattr(self, name)
-            if value is None:
-                store(name, TYPE_DEFAULTS.get(self.model_type, {}).get(name))
-            elif not isinstance(value, str):
-                raise ConfigError(src, name, f"must be a string, got {checks.show(value)}")
-        if self.topk_method is not None and self.topk_method not in TOPK_METHODS:
-            raise ConfigError(src, "topk_method", f"unknown router method {checks.show(self.topk_method)} "
-                              f"(known: {', '.join(TOPK_METHODS)})")
-        if self.n_group is not None and self.topk_group is not None and self.topk_group > self.n_group:
-            raise ConfigError(src, "topk_group", f"{self.topk_group} exceeds n_group={self.n_group} "
-                              f"(allowed: 1..{self.n_group})")
-        if self.num_experts_per_tok > self.n_routed_experts:
-            raise ConfigError(src, "num_experts_per_tok", f"{self.num_experts_per_tok} exceeds "
-                              f"n_routed_experts={self.n_routed_experts} (allowed: 1..{self.n_routed_experts})")
-        if self.first_k_dense_replace > self.num_hidden_layers:
-            raise ConfigError(src, "first_k_dense_replace", f"{self.first_k_dense_replace} exceeds "
-                              f"num_hidden_layers={self.num_hidden_layers} (allowed: 0..{self.num_hidden_layers})")
-        if self.num_hash_layers > self.num_hidden_layers:
-            raise ConfigError(src, "num_hash_layers", f"{self.num_hash_layers} exceeds "
-                              f"num_hidden_layers={self.num_hidden_layers} (allowed: 0..{self.num_hidden_layers})")
-        if self.compress_ratios is not None:
-            store("compress_ratios", self._checked_ratios())
-        if self.model_type == "deepseek_v4":
-            if self.compress_ratios is None:
-                raise ConfigError(src, "compress_ratios", "missing (required for model_type 'deepseek_v4')")
-            if len(self.compress_ratios) < self.num_hidden_layers:
-                raise ConfigError(src, "compress_ratios", f"has {len(self.compress_ratios)} entries, fewer than "
-                                  f"num_hidden_layers={self.num_hidden_layers}")
-            if (self.num_attention_heads * self.head_dim) % self.o_groups:
-                raise ConfigError(src, "o_groups", f"num_attention_heads*head_dim = {self.num_attention_heads} * "
-                                  f"{self.head_dim} is not divisible by o_groups={self.o_groups}")
-
-    def _checked_ratios(self) -> tuple[int, ...]:
-        src, ratios = self.source, self.compress_ratios
-        if isinstance(ratios, (str, bytes)) or not isinstance(ratios, (list, tuple)):
-            raise ConfigError(src, "compress_ratios", f"must be a list of integers, got {checks.show(ratios)}")
-        if len(ratios) > MAX_COMPRESS_ENTRIES:
-            raise ConfigError(src, "compress_ratios", f"has {len(ratios):,} entries; at most {MAX_COMPRESS_ENTRIES:,} "
-                              "(one per main-model and MTP layer)")
-        out = []
-        for i, r in enumerate(ratios):
-            try:
-                r = checks.integer("", r, low=0, high=MAX_COMPRESS_RATIO)
-            except checks.InputError:
-                r = None
-            if r is None or r == 1:
-                raise ConfigError(src, "compress_ratios", f"entry {i} is {checks.show(ratios[i])}; each entry must "
-                                  f"be 0 (no compression) or an integer ratio in 2..{MAX_COMPRESS_RATIO:,}")
-            out.append(r)
-        return tuple(out)
+        _check_config(self)
 
     # -- derived structure -------------------------------------------------------------------
     @property
@@ -368,6 +294,87 @@ class ModelConfig:
         if self.compress_ratios is None:
             return 0
         return self.compress_ratios[layer] if layer < len(self.compress_ratios) else 0
+
+
+def _check_config(cfg: ModelConfig) -> None:
+    """Every field of ``cfg`` present where its model type needs it and within :data:`LIMITS` (a
+    :class:`ConfigError` naming the field otherwise); numbers stored as integers, router defaults filled in."""
+    src = cfg.source
+
+    def store(name: str, value) -> None:  # frozen: write the canonical value (7168.0 -> 7168)
+        object.__setattr__(cfg, name, value)
+
+    if not isinstance(cfg.model_type, str) or cfg.model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(src, "model_type", f"unsupported model_type {checks.show(cfg.model_type)} "
+                          f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    for name in REQUIRED[cfg.model_type]:
+        if getattr(cfg, name) is None:
+            raise ConfigError(src, name, f"missing (required for model_type {cfg.model_type!r})")
+    for name in LIMITS:
+        value = getattr(cfg, name)
+        if value is None and name in _OPTIONAL:
+            continue
+        store(name, _int(src, name, value))
+    for name, check in (("tie_word_embeddings", checks.boolean), ("torch_dtype", checks.text)):
+        try:
+            store(name, check("", getattr(cfg, name)))
+        except checks.InputError as exc:
+            raise ConfigError(src, name, str(exc)) from None
+    if cfg.quantization_config is not None and not isinstance(cfg.quantization_config, dict):
+        raise ConfigError(src, "quantization_config", "must be an object (a JSON {...} table) or null, "
+                          f"got {checks.show(cfg.quantization_config)}")
+    for name in ("topk_method", "scoring_func"):
+        value = getattr(cfg, name)
+        if value is None:
+            store(name, TYPE_DEFAULTS.get(cfg.model_type, {}).get(name))
+        elif not isinstance(value, str):
+            raise ConfigError(src, name, f"must be a string, got {checks.show(value)}")
+    if cfg.topk_method is not None and cfg.topk_method not in TOPK_METHODS:
+        raise ConfigError(src, "topk_method", f"unknown router method {checks.show(cfg.topk_method)} "
+                          f"(known: {', '.join(TOPK_METHODS)})")
+    if cfg.n_group is not None and cfg.topk_group is not None and cfg.topk_group > cfg.n_group:
+        raise ConfigError(src, "topk_group", f"{cfg.topk_group} exceeds n_group={cfg.n_group} "
+                          f"(allowed: 1..{cfg.n_group})")
+    if cfg.num_experts_per_tok > cfg.n_routed_experts:
+        raise ConfigError(src, "num_experts_per_tok", f"{cfg.num_experts_per_tok} exceeds "
+                          f"n_routed_experts={cfg.n_routed_experts} (allowed: 1..{cfg.n_routed_experts})")
+    if cfg.first_k_dense_replace > cfg.num_hidden_layers:
+        raise ConfigError(src, "first_k_dense_replace", f"{cfg.first_k_dense_replace} exceeds "
+                          f"num_hidden_layers={cfg.num_hidden_layers} (allowed: 0..{cfg.num_hidden_layers})")
+    if cfg.num_hash_layers > cfg.num_hidden_layers:
+        raise ConfigError(src, "num_hash_layers", f"{cfg.num_hash_layers} exceeds "
+                          f"num_hidden_layers={cfg.num_hidden_layers} (allowed: 0..{cfg.num_hidden_layers})")
+    if cfg.compress_ratios is not None:
+        store("compress_ratios", _checked_ratios(cfg))
+    if cfg.model_type == "deepseek_v4":
+        if cfg.compress_ratios is None:
+            raise ConfigError(src, "compress_ratios", "missing (required for model_type 'deepseek_v4')")
+        if len(cfg.compress_ratios) < cfg.num_hidden_layers:
+            raise ConfigError(src, "compress_ratios", f"has {len(cfg.compress_ratios)} entries, fewer than "
+                              f"num_hidden_layers={cfg.num_hidden_layers}")
+        if (cfg.num_attention_heads * cfg.head_dim) % cfg.o_groups:
+            raise ConfigError(src, "o_groups", f"num_attention_heads*head_dim = {cfg.num_attention_heads} * "
+                              f"{cfg.head_dim} is not divisible by o_groups={cfg.o_groups}")
+
+
+def _checked_ratios(cfg: ModelConfig) -> tuple[int, ...]:
+    src, ratios = cfg.source, cfg.compress_ratios
+    if isinstance(ratios, (str, bytes)) or not isinstance(ratios, (list, tuple)):
+        raise ConfigError(src, "compress_ratios", f"must be a list of integers, got {checks.show(ratios)}")
+    if len(ratios) > MAX_COMPRESS_ENTRIES:
+        raise ConfigError(src, "compress_ratios", f"has {len(ratios):,} entries; at most {MAX_COMPRESS_ENTRIES:,} "
+                          "(one per main-model and MTP layer)")
+    out = []
+    for i, r in enumerate(ratios):
+        try:
+            r = checks.integer("", r, low=0, high=MAX_COMPRESS_RATIO)
+        except checks.InputError:
+            r = None
+        if r is None or r == 1:
+            raise ConfigError(src, "compress_ratios", f"entry {i} is {checks.show(ratios[i])}; each entry must "
+                              f"be 0 (no compression) or an integer ratio in 2..{MAX_COMPRESS_RATIO:,}")
+        out.append(r)
+    return tuple(out)
 
 
 _FIELDS = {f for f in ModelConfig.__dataclass_fields__} - {"name", "source", "extra"}

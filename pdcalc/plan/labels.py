@@ -1,13 +1,51 @@
-"""Names of splits and co-located layouts as a reader reads them, and the memory of one card of each
-side.
+"""The layouts a reader names: published P/D splits and co-located layouts, the labels of splits and layouts,
+and the memory of one card of each side.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pdcalc.core.units import GiB
 from pdcalc.hardware.cards import get_card
 from pdcalc.plan.roles import layout_weights, seq_kv_bytes
 from pdcalc.plan.workload import Setup, Workload
+
+
+@dataclass(frozen=True, kw_only=True)
+class PDSplit:
+    """A published P/D disaggregated split."""
+
+    label: str
+    model: str                # the model preset it deploys
+    source: str
+    p_instances: int
+    p_size: int
+    p_tp: int
+    d_instances: int
+    d_size: int
+    d_tp: int
+
+    @property
+    def cards(self) -> int:
+        return self.p_instances * self.p_size + self.d_instances * self.d_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class Colocated:
+    """A published co-located layout: ``dp`` replicas of ``tp`` cards serving prefill and decode alike;
+    ``ep`` the EP group in cards (``None``: each replica holds every expert, split ``tp`` ways)."""
+
+    label: str
+    model: str
+    source: str
+    tp: int
+    dp: int
+    ep: int | None = None
+
+    @property
+    def cards(self) -> int:
+        return self.tp * self.dp
 
 
 def split_label(row) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from pdcalc.core.errors import PdcalcError
@@ -40,12 +39,13 @@ from pdcalc.layout.deployment import get_deployment
 from pdcalc.layout.memory import MemoryPlan, card_weights
 from pdcalc.model.quant import V4_ASCEND_W8A8
 from pdcalc.perf import step as tput
-from pdcalc.plan.labels import aggregated_label, card_plans, split_label
+from pdcalc.plan.labels import Colocated, PDSplit, aggregated_label, card_plans, split_label
 from pdcalc.plan.launch import TUTORIAL, Launch, colocated_script, launch_script, launches
 from pdcalc.plan.roles import seq_kv_bytes, weights_log
 from pdcalc.plan.search import Plan, plan
 from pdcalc.plan.splits import evaluate_split
-from pdcalc.plan.workload import CONSTRAINTS, Setup, Targets, Workload, default_targets
+from pdcalc.plan.views import RecommendationTables, RecommendationText, constraint_text
+from pdcalc.plan.workload import Setup, Targets, Workload, default_targets
 
 #: Output tokens as a share of the context where a workload gives only the context: an assumption
 #: (neither article gives an output length); the plan chapter's 8,192 of the V4 article's 32,768.
@@ -58,42 +58,6 @@ OUTPUT_SHARE = 0.25
 
 
 # ------------------------------------------------------------------------------------------ published layouts
-@dataclass(frozen=True, kw_only=True)
-class PDSplit:
-    """A published P/D disaggregated split."""
-
-    label: str
-    model: str                # the model preset it deploys
-    source: str
-    p_instances: int
-    p_size: int
-    p_tp: int
-    d_instances: int
-    d_size: int
-    d_tp: int
-
-    @property
-    def cards(self) -> int:
-        return self.p_instances * self.p_size + self.d_instances * self.d_size
-
-
-@dataclass(frozen=True, kw_only=True)
-class Colocated:
-    """A published co-located layout: ``dp`` replicas of ``tp`` cards serving prefill and decode alike;
-    ``ep`` the EP group in cards (``None``: each replica holds every expert, split ``tp`` ways)."""
-
-    label: str
-    model: str
-    source: str
-    tp: int
-    dp: int
-    ep: int | None = None
-
-    @property
-    def cards(self) -> int:
-        return self.tp * self.dp
-
-
 def _colocated_weights(setup: Setup, layout: Colocated) -> float:
     if layout.ep:
         return card_weights(setup.model, setup.quant, ep=layout.ep, tp=layout.tp, mtp=setup.mtp).total_bytes
@@ -152,7 +116,7 @@ def evaluate_colocated(setup: Setup, work: Workload, layout: Colocated) -> pd.Se
 
 # ------------------------------------------------------------------------------------------ the recommendation
 @dataclass(frozen=True, eq=False)
-class Recommendation:
+class Recommendation(RecommendationText, RecommendationTables):
     """The result of :func:`recommend`.
 
     ``best``: the recommended split (a row of :attr:`Plan.candidates`), ``None`` when nothing fits;
@@ -187,7 +151,7 @@ class Recommendation:
         if a["binding"] == "memory":
             short = -float(a["slack: memory"]) * self.setup.utilization * _base(self.setup)
             return f"does not fit: a card is short by {short / GiB:,.1f} GiB"
-        return f"fails on {_what(str(a['binding']))}"
+        return f"fails on {constraint_text(str(a['binding']))}"
 
     @property
     def fits(self) -> bool:
@@ -225,36 +189,6 @@ class Recommendation:
         """Relative slack of the binding constraint (0: at the limit)."""
         return float(self.best[f"slack: {self.binding}"]) if self.fits else math.nan
 
-    def why(self) -> str:
-        """One sentence: why this split (or the shortfall when nothing fits)."""
-        if not self.fits:
-            return self.reason
-        n = self.feasible
-        return (f"{self.label} gives the most output tokens per second per card of the {n:,} feasible "
-                f"split{'s' if n > 1 else ''} evaluated; what limits it first is {_what(self.binding)}, "
-                f"{self.slack:.0%} from its limit.")
-
-    def targets_note(self) -> str:
-        """The targets and where each comes from."""
-        t = self.targets
-        tpot = f"TPOT at most {_ms(t.tpot_s)}" if t.tpot_s else "no TPOT target"
-        ttft = f"TTFT at most {_ms(t.ttft_s)}" if t.ttft_s else "no TTFT target"
-        return f"{tpot[0].upper() + tpot[1:]}: {t.tpot_source}. {ttft[0].upper() + ttft[1:]}: {t.ttft_source}."
-
-    def setting(self) -> str:
-        """The model, checkpoint and cluster in words."""
-        s = self.setup
-        return f"{s.model}, {s.quant}{' with MTP' if s.mtp else ''}, on {s.cards:,} x {get_card(s.card).label}"
-
-    def condition(self) -> str:
-        """The workload and the targets in words."""
-        w, t = self.workload, self.targets
-        load = (f"{w.concurrency:,} sequences in flight" if w.concurrency is not None
-                else f"{w.rate_per_s:g} requests per second")
-        tpot = f"TPOT at most {_ms(t.tpot_s)}" if t.tpot_s else "no TPOT target"
-        ttft = f"TTFT at most {_ms(t.ttft_s)}" if t.ttft_s else "no TTFT target"
-        return f"{load} of {w.prompt_tokens:,} prompt and {w.output_tokens:,} output tokens, {tpot}, {ttft}"
-
     @property
     def colocated_wins(self) -> bool:
         """Whether the planner's best co-located layout beats every P/D split under the targets."""
@@ -269,124 +203,6 @@ class Recommendation:
     def answer_label(self) -> str:
         return aggregated_label(self.aggregated) if self.colocated_wins else self.label
 
-    def headline(self) -> str:
-        """The answer in one sentence: what to run (the P/D split, or the co-located layout when it wins), its
-        throughput per card and latencies, the article's."""
-        if not self.fits and not self.colocated_wins:
-            return self.reason
-        b, s = self.answer_row, self.setup
-        used = (f"all {s.cards:,} cards" if int(b["cards"]) == s.cards
-                else f"{int(b['cards']):,} of the {s.cards:,} cards")
-        text = (f"run {self.answer_label} on {used}: {b['tokens_per_s_per_card']:,.0f} output tokens/s per card, TPOT "
-                f"{_ms(b['tpot_s'])}, TTFT {_ms(b['ttft_s'])}")
-        if self.colocated_wins and self.fits:
-            text += (f" (the best P/D split, {self.label}, gives {self.best['tokens_per_s_per_card']:,.0f} per "
-                     f"card)")
-        a = self.published_row
-        if a is not None:
-            text += (f"; the article's {self.published.label} on {int(a['cards']):,} cards gives "
-                     f"{a['tokens_per_s_per_card']:,.0f} per card under the same model"
-                     + (f" but {self.published_issue}" if self.published_issue else ""))
-        return text
-
-    def trade_off(self) -> str:
-        """What the recommendation runs (:attr:`answer_row`) against the published deployment, in one or two
-        sentences."""
-        a, b = self.published_row, self.answer_row
-        if a is None:
-            return ""
-        if b is None:
-            return (f"The article's {self.published.label} " + (self.published_issue or "meets every constraint here")
-                    + f"; under the same model it serves {a['tokens_per_s_per_card']:,.0f} output tokens/s per card "
-                    f"at a TPOT of {_ms(a['tpot_s'])}.")
-        ratio = b["tokens_per_s_per_card"] / a["tokens_per_s_per_card"]
-        cards = int(a["cards"]) - int(b["cards"])
-        what = "co-located layout" if self.colocated_wins else "split"
-        text = (f"Per card the recommended {what} serves {ratio:.2f} times the article's output tokens/s "
-                + (f"on {cards:,} fewer cards" if cards > 0 else f"on {-cards:,} more cards" if cards < 0
-                   else "on as many cards")
-                + f"; in all it serves {b['output_tokens_per_s'] / a['output_tokens_per_s']:.2f} times the "
-                f"article's output tokens/s, at a TPOT of {_ms(b['tpot_s'])} against {_ms(a['tpot_s'])} and a TTFT "
-                f"of {_ms(b['ttft_s'])} against {_ms(a['ttft_s'])}.")
-        if self.published_issue:
-            text += f" The article's deployment {self.published_issue}."
-        return text
-
-    def limit_note(self) -> str:
-        """The tightest constraints in one sentence (the shortfall when nothing fits)."""
-        if not self.fits:
-            return self.reason
-        lim = self.limits()
-        first = lim.iloc[0]
-        text = f"The tightest constraint is {first['what it is']}, {first['slack (%)']:.0f}% from its limit"
-        if len(lim) > 1:
-            nxt = lim.iloc[1]
-            text += f", then {nxt['what it is']} ({nxt['slack (%)']:.0f}%)"
-        return text + "; the table lists every constraint with its slack."
-
-    def comparison(self) -> pd.DataFrame:
-        """The recommended and the published deployment side by side, in the units a reader reads."""
-        rows = []
-        if self.fits:
-            rows.append(_row("recommended: " + self.label, self.best, pd_split=True))
-        if self.aggregated is not None:
-            rows.append(_row("co-located alternative: " + aggregated_label(self.aggregated), self.aggregated,
-                             pd_split=False))
-        if self.published_row is not None:
-            rows.append(_row(f"article: {self.published.label}", self.published_row,
-                             pd_split=isinstance(self.published, PDSplit)))
-        df = pd.DataFrame(rows, columns=["deployment", "cards used", "TTFT (ms)", "TPOT (ms)", "output tokens/s",
-                                         "tokens/s per card", "meets every constraint", "limited by"])
-        for col in ("TTFT (ms)", "TPOT (ms)"):
-            if not np.isfinite(df[col].to_numpy(dtype=float)).all():
-                df[col] = [v if math.isfinite(v) else "unbounded (prefill saturated)" for v in df[col]]
-        return df
-
-    def memory(self) -> pd.DataFrame:
-        """One P card and one D card of the recommended split, in GiB (empty when nothing fits)."""
-        if not self.fits:
-            return pd.DataFrame()
-        names = {"weights": "weights", "kv_cache": "KV cache in use", "overhead": "activations and framework"}
-        rows = {}
-        for col, plan_ in (("P card (GiB)", self.p_card), ("D card (GiB)", self.d_card)):
-            vals = {names[k]: v / GiB for k, v in plan_.parts.items()}
-            vals["headroom"] = plan_.free_bytes / GiB
-            vals["usable (utilization x visible memory)"] = plan_.usable_bytes / GiB
-            rows[col] = vals
-        df = pd.DataFrame(rows).round(2)           # GiB to two decimals, as the engines print them
-        df.index.name = "per card"
-        return df.reset_index()
-
-    def limits(self) -> pd.DataFrame:
-        """Every constraint of the recommended split with its relative slack, the tightest first."""
-        if not self.fits:
-            return pd.DataFrame()
-        rows = [{"constraint": k, "slack (%)": round(100 * float(self.best[f"slack: {k}"]), 1), "what it is": _what(k)}
-                for k in CONSTRAINTS if math.isfinite(float(self.best[f"slack: {k}"]))]
-        return pd.DataFrame(rows).sort_values("slack (%)", kind="stable").reset_index(drop=True)
-
-    def weights_note(self) -> str:
-        """Where each side's weights come from (no final period)."""
-        if not self.fits:
-            return "No card to show: nothing fits"
-        parts = []
-        for role in ("P", "D"):
-            log = self.weights_logs.get(role)
-            parts.append(f"{role} weights are the engine's logged {log.bytes / GiB:.2f} GiB per card "
-                         f"(registry {log.id})" if log else f"{role} weights are pdcalc's (no log of that layout)")
-        return "; ".join(parts)
-
-    def launch_note(self) -> str:
-        """What the launch settings (:meth:`script`) are, in Markdown: the co-located layout's flags when it wins,
-        else both roles of the split."""
-        if self.colocated_wins:
-            return ("The co-located layout wins here, so one `vllm serve` per instance serves prefill and decode "
-                    "on the same cards, with chunked prefill and no KV transfer; `--enable-expert-parallel` makes the "
-                    "instance one EP group of DP x TP cards, `--max-num-seqs` is its sequences in flight per DP rank "
-                    "and `--max-num-batched-tokens` one token per sequence plus the MTP draft's, plus the prompt "
-                    "chunk the planner admits per step:")
-        return ("The flags of each role for `vllm serve`, the same on every DP rank of every instance of that role (the\ntutorial's `launch_online_dp.py` starts the ranks of a node); `--enable-expert-parallel` makes each instance one EP\ngroup of DP x TP cards, and the KV connector is the tutorial's, the P side producing and the D side consuming. The\nD side's `--max-num-seqs` is its sequences in flight per DP rank (within the rank's KV capacity) and its\n`--max-num-batched-tokens` one token per sequence plus the MTP draft's, as the tutorial sets them; the P side takes\none whole prompt per step, as the throughput model assumes, and holds as many prompts as its KV room while they wait\nfor the transfer:")
-
     def script(self, model_path: str = "$MODEL_PATH") -> str:
         """The launch settings as shell lines: the co-located layout's when it wins
         (:func:`colocated_script`), else both roles of the split (:func:`launch_script`); the reason when
@@ -394,30 +210,6 @@ class Recommendation:
         if self.colocated_wins:
             return colocated_script(self.setup, self.workload, self.aggregated, model_path)
         return launch_script(*self.launch, model_path) if self.fits else f"# {self.reason}"
-
-
-_WHAT = {"P memory": "the memory of a P card", "D memory": "the memory of a D card",
-         "KV capacity": "the KV cache the D side holds", "prefill load": "the load on the prefill side",
-         "TTFT": "the TTFT target", "TPOT": "the TPOT target", "memory": "the memory of a card"}
-
-
-def _ms(seconds) -> str:
-    """A latency as a reader reads it: ms below a second, else s; "unbounded" for a saturated prefill."""
-    if seconds is None or not math.isfinite(float(seconds)):
-        return "unbounded (prefill saturated)"
-    x = float(seconds)
-    return f"{1e3 * x:,.1f} ms" if x < 1 else f"{x:,.2f} s"
-
-
-def _what(constraint: str) -> str:
-    return _WHAT.get(constraint, constraint)
-
-
-def _row(name: str, r, *, pd_split: bool) -> dict:
-    return {"deployment": name, "cards used": int(r["cards"]), "TTFT (ms)": 1e3 * float(r["ttft_s"]),
-            "TPOT (ms)": 1e3 * float(r["tpot_s"]), "output tokens/s": float(r["output_tokens_per_s"]),
-            "tokens/s per card": float(r["tokens_per_s_per_card"]), "meets every constraint": bool(r["feasible"]),
-            "limited by": str(r["binding"])}
 
 
 _DEFAULT = object()

@@ -21,6 +21,7 @@ from pdcalc.model.inventory import get_inventory
 from pdcalc.model.kv_cache import kv_bytes
 from pdcalc.model.quant import get_scheme
 from pdcalc.perf import step as tput
+from pdcalc.perf.inputs import COMPUTE_DTYPE
 from pdcalc.perf.traffic import kv_step_kwargs
 from pdcalc.perf.transfer import exposed_seconds, link
 from pdcalc.plan.workload import Setup, Workload
@@ -133,7 +134,7 @@ def _check_compute(setup: Setup) -> None:
     known = ", ".join(sorted(c.flops_per_s))
     scheme = get_scheme(setup.quant).name
     if kw.get("peak_flops_per_s") is None:
-        dtype = kw.get("compute_dtype") or tput.COMPUTE_DTYPE.get(scheme)
+        dtype = kw.get("compute_dtype") or COMPUTE_DTYPE.get(scheme)
         if dtype is None:
             raise LayoutError(f"no compute dtype known for quantization scheme {scheme!r}; pass "
                               f"step_kwargs={{'compute_dtype': ...}}")

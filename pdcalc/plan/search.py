@@ -127,28 +127,23 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-import numpy as np
 import pandas as pd
 
 from pdcalc.core.units import GiB
 from pdcalc.model.inventory import get_inventory
 from pdcalc.plan.frontier_search import frontier, frontier_at_target
 from pdcalc.plan.labels import (
-    TABLE_NAMES,
-    aggregated_card_plan,
     aggregated_label,
-    card_plans,
-    gib_parts,
     option_label,
     split_label,
 )
 from pdcalc.plan.roles import Side, instance_sizes, layout_tp_problem, layouts, seq_kv_bytes, tried_sizes, usable_bytes
 from pdcalc.plan.splits import count_splits, evaluate, evaluate_aggregated, evaluate_loop
+from pdcalc.plan.views import PlanViews, closest
 from pdcalc.plan.workload import (
     AGG_CONSTRAINTS,
     AGG_STAGES,
     CONSTRAINTS,
-    MODES,
     STAGES,
     Setup,
     Targets,
@@ -159,7 +154,7 @@ from pdcalc.plan.workload import (
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(PlanViews):
     """The result of :func:`plan`.
 
     Disaggregated: ``candidates``: the evaluated splits, one row per (P layout, D layout, ``n_d``) with the
@@ -214,103 +209,6 @@ class Plan:
         "option", "tpot_s", "ttft_s"}}``; ``None`` for a mode with no such point (or no frontier)."""
         return frontier_at_target(self.frontier)
 
-    def options(self) -> pd.DataFrame:
-        """The best disaggregated split and the best co-located layout side by side, in the units a reader
-        reads and rounded as shown (TTFT to 10 ms, TPOT to 0.1 ms, tokens/s to whole tokens; "unbounded"
-        for a saturated prefill): the option, cards, TTFT (s), TPOT (ms), output tokens/s per card and in
-        all, what limits it (the first constraint it fails, or the one closest to its limit) and whether it
-        meets every target. A mode where nothing fits shows its closest option (its row says what it fails
-        on)."""
-        from pdcalc.core.precision import round_decimals
-
-        def shown(x: float, decimals: int):
-            x = float(x)
-            if not math.isfinite(x):
-                return "unbounded"
-            return int(round(x)) if decimals == 0 else round_decimals(x, decimals)
-
-        rows = []
-        for mode, row in self._options_rows().items():
-            if row is None:
-                continue
-            rows.append({"mode": mode, "option": option_label(row, mode), "cards": int(row["cards"]),
-                         "TTFT (s)": shown(row["ttft_s"], 2), "TPOT (ms)": shown(1e3 * float(row["tpot_s"]), 1),
-                         "output tokens/s per card": shown(row["tokens_per_s_per_card"], 0),
-                         "output tokens/s": shown(row["output_tokens_per_s"], 0), "limited by": str(row["binding"]),
-                         "meets every target": bool(row["feasible"])})
-        return pd.DataFrame(rows, columns=["mode", "option", "cards", "TTFT (s)", "TPOT (ms)",
-                                           "output tokens/s per card", "output tokens/s", "limited by",
-                                           "meets every target"])
-
-    def _options_rows(self) -> dict:
-        """Per mode, the best option, or when none meets the targets the closest one (``None``: nothing
-        evaluated)."""
-        out = {"disaggregated": self.best, "aggregated": self.best_aggregated}
-        if out["disaggregated"] is None and not self.candidates.empty:
-            out["disaggregated"] = self.candidates.iloc[_closest(self.candidates, CONSTRAINTS, STAGES)]
-        if out["aggregated"] is None and self.aggregated is not None and not self.aggregated.empty:
-            out["aggregated"] = self.aggregated.iloc[_closest(self.aggregated, AGG_CONSTRAINTS, AGG_STAGES)]
-        return out
-
-    def card_memory(self) -> dict:
-        """Memory of one card of each kind of the two best options (:class:`pdcalc.memory.MemoryPlan`):
-        ``"P card"`` and ``"D card"`` of the best split, ``"co-located card"`` of the best aggregated
-        layout; a mode where nothing fits is left out."""
-        out = {}
-        if self.best is not None:
-            out["P card"], out["D card"] = card_plans(self.setup, self.workload, self.best)
-        if self.best_aggregated is not None:
-            out["co-located card"] = aggregated_card_plan(self.setup, self.workload, self.best_aggregated)
-        return out
-
-    def answer(self) -> dict:
-        """The plan in "what to run" terms, JSON-ready (NaN and infinities as they are; the command line
-        writes them as null): ``targets`` (:meth:`Targets.as_dict`), ``disaggregated`` and ``aggregated``
-        (each: ``result`` "fits" or the one-line reason, the option, cards, TTFT, TPOT, output tokens/s per
-        card and in all, ``binding``, ``meets_targets``, and ``memory_gib`` per card: weights, KV cache,
-        activations and framework, headroom, usable; the co-located one also its chunk and the share of each
-        step its prompts take; when nothing fits, the closest option), ``winner``, ``why``, ``frontier``
-        (records of :func:`frontier`, ``[]`` without one)."""
-        rows = self._options_rows()
-        mem = self.card_memory()
-        out = {"targets": self.targets.as_dict() if self.targets else None}
-        for mode in MODES:
-            row = rows[mode]
-            reason = self.reason if mode == "disaggregated" else self.aggregated_reason
-            if mode == "aggregated" and not self.setup.aggregated:
-                out[mode] = {"result": "not evaluated"}
-                continue
-            o = {"result": reason or "fits"}
-            if row is not None:
-                o.update(option=option_label(row, mode), cards=int(row["cards"]), ttft_s=float(row["ttft_s"]),
-                         tpot_s=float(row["tpot_s"]), tokens_per_s_per_card=float(row["tokens_per_s_per_card"]),
-                         output_tokens_per_s=float(row["output_tokens_per_s"]), concurrency=float(row["concurrency"]),
-                         binding=str(row["binding"]), meets_targets=bool(row["feasible"]))
-                if mode == "disaggregated":
-                    o.update({k: int(row[k]) for k in ("p_instances", "p_size", "p_tp", "d_instances", "d_size",
-                                                       "d_tp")})
-                    o.update(prefill_load=float(row["prefill_load"]), transfer_s=float(row["transfer_s"]))
-                    cards = ("P card", "D card")
-                else:
-                    o.update({k: int(row[k]) for k in ("instances", "size", "tp")})
-                    o.update(chunk_tokens=float(row["chunk_tokens"]), prefill_share=float(row["prefill_share"]),
-                             prefill_load=float(row["prefill_load"]), decode_s=float(row["decode_s"]))
-                    cards = ("co-located card",)
-                o["memory_gib"] = {c: gib_parts(mem[c]) for c in cards if c in mem}
-            out[mode] = o
-        out["winner"], out["why"] = self.winner, self.why
-        out["frontier_at_target"] = self.frontier_at_target()
-        out["frontier"] = [] if self.frontier is None else self.frontier.to_dict("records")
-        return out
-
-    def memory(self) -> pd.DataFrame:
-        """:meth:`card_memory` as a table in GiB to two decimals: weights, KV cache in use, activations and
-        framework, headroom, and what ``utilization`` lets the engine fill; one column per card."""
-        cols = {f"{name} (GiB)": gib_parts(mp, TABLE_NAMES) for name, mp in self.card_memory().items()}
-        df = pd.DataFrame(cols).round(2)           # GiB to two decimals, as the engines print them
-        df.index.name = "per card"
-        return df.reset_index() if len(df.columns) else pd.DataFrame()
-
 
 def _no_candidates(setup: Setup, p_sides: list[Side], d_sides: list[Side] | None = None) -> str:
     """Why there is no split at all (one line)."""
@@ -337,22 +235,6 @@ def _no_candidates(setup: Setup, p_sides: list[Side], d_sides: list[Side] | None
         return (f"nothing fits: no split of instance sizes {', '.join(map(str, sizes))} uses exactly "
                 f"{setup.cards:,} cards")
     return f"nothing fits: one P and one D instance need at least {need:,} cards, the cluster has {setup.cards:,}"
-
-
-def _closest(df: pd.DataFrame, order: tuple[str, ...], stages: dict) -> int:
-    """Position of the option furthest along the constraints (``stages``: constraints of one stage count
-    together), then with the least relative shortfall there, then on the fewest cards. Every row is taken
-    to fail somewhere; a feasible row, if any, is furthest of all."""
-    slack = df[[f"slack: {k}" for k in order]].to_numpy(dtype=float)
-    slack = np.where(np.isnan(slack), -np.inf, slack)
-    stage_of = np.array([stages[k] for k in order])
-    fails = (slack < 0).any(axis=1)
-    first = np.argmax(slack < 0, axis=1)
-    stage = np.where(fails, stage_of[first], len(order))
-    in_stage = stage_of[None, :] == stage[:, None]
-    short = np.where(in_stage, slack, np.inf).min(axis=1)      # the worst slack of the failing stage
-    short = np.where(fails, short, np.inf)
-    return int(np.lexsort((df["cards"].to_numpy(), -short, -stage))[0])
 
 
 def _failing(row, order: tuple[str, ...], stages: dict) -> list[str]:
@@ -382,7 +264,7 @@ def _kv_short(setup: Setup, work: Workload, row, *, room: float, card: str, one:
 def _nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
     """The closest split and its shortfall (one line): the split furthest along the constraints (P and D
     memory taken together), then the least relative shortfall there, then the fewest cards."""
-    best = _closest(df, CONSTRAINTS, STAGES)
+    best = closest(df, CONSTRAINTS, STAGES)
     row = df.iloc[best]
     failing = _failing(row, CONSTRAINTS, STAGES)
     usable = usable_bytes(setup)
@@ -467,7 +349,7 @@ def _no_agg_candidates(setup: Setup, a_sides: list[Side]) -> str:
 
 def _agg_nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
     """The closest co-located option and its shortfall (one line), chosen as :func:`_nothing_fits` does."""
-    row = df.iloc[_closest(df, AGG_CONSTRAINTS, AGG_STAGES)]
+    row = df.iloc[closest(df, AGG_CONSTRAINTS, AGG_STAGES)]
     failing = _failing(row, AGG_CONSTRAINTS, AGG_STAGES)
     parts = []
     for k in failing:

@@ -114,79 +114,20 @@ FILTERS = ("model", "quantity", "card", "engine")
 
 @dataclass(frozen=True, kw_only=True)
 class Measurement:
-    """One published number, its exact source text and the conditions it was measured under.
+    """One published number, its exact source text and the conditions it was measured under. The throughput
+    conditions are optional (:data:`THROUGHPUT_CONDITIONS`, :data:`DECODE_CONDITIONS`)."""
 
-    Attributes
-    ----------
-    id : str
-        Unique slug.
-    quantity : str
-        One of :data:`QUANTITIES`.
-    value : float
-        The number as printed, in ``unit``.
-    unit : str
-        The unit as printed (allowed units depend on ``quantity``, see :data:`QUANTITY_UNITS`).
-    scope : str
-        What the number is per: "per card", "per node", "per instance", ...
-    quote : str
-        The exact text at the source; it contains ``value``.
-    source : str
-        Human-readable locator (repository and path or issue, paper and table, blog post).
-    unit_means : str or None
-        For byte units only: the unit the engine actually computed in, where its code shows the
-        printed label differs (e.g. "GiB" for vLLM's "Loading model weights took ... GB").
-
-    Throughput conditions (all optional; see :data:`THROUGHPUT_CONDITIONS`):
-
-    serving : str or None
-        "disaggregated" (prefill and decode on separate cards) or "aggregated" (one engine does both).
-    cards : int or None
-        Cards of the measured serving instance for a phase-counted value (e.g. the 32 GPUs of a
-        4-node prefill instance), or of the whole deployment for a deployment-counted value.
-    prefill_cards, decode_cards : int or None
-        For a disaggregated deployment-counted value: the cards of each phase, all instances together.
-    scope_cards : int or None
-        How many cards ``value`` is per: 1 for "per card", 8 for "per node" of 8, the instance size for
-        an instance total.
-    cards_counted : str or None
-        "phase" (the divisor counts the measured phase's cards) or "deployment" (every card, prefill
-        and decode).
-    prompt_tokens, output_tokens, context_tokens : int or None
-        Input length, output length, and KV length per sequence during decode where that is what the
-        source gives.
-    batch_per_card : float or None
-        Sequences per card (decode running batch, or prefill requests per card per step).
-    prefill_tokens_per_card : int or None
-        Prompt tokens per card in one prefill step.
-    concurrency : int or None
-        Benchmark client concurrency (requests in flight), whole deployment.
-    tpot_ms, tpot_limit_ms, ttft_limit_ms : float or None
-        Measured mean TPOT; a TPOT (or ITL) target; a TTFT target.
-    tokens_per_s_per_user : float, (float, float) or None
-        Output speed per request as printed (the inverse of TPOT where the source gives that instead);
-        ``(low, high)`` where the source prints a range.
-    mtp, mtp_draft_tokens : bool, int or None
-        Whether multi-token prediction (speculative decoding) was on; draft tokens per step.
-    perfect_eplb : bool or None
-        True where expert load was made perfectly balanced on purpose (simulated or forced routing).
-    cache_hit : float or None
-        Fraction of prompt tokens served from a prefix / KV cache, in [0, 1).
-    unstated : tuple of str
-        Condition names (keys of :data:`THROUGHPUT_CONDITIONS` / :data:`DECODE_CONDITIONS`) the
-        source does not state.
-    """
-
-    id: str
-    quantity: str
-    value: float
-    unit: str
-    scope: str
-    quote: str
-    source: str
+    id: str                                     # unique slug
+    quantity: str                               # one of QUANTITIES
+    value: float                                # the number as printed, in ``unit``
+    unit: str                                   # as printed (the units each quantity allows: QUANTITY_UNITS)
+    scope: str                                  # what the number is per: "per card", "per node", "per instance"
+    quote: str                                  # the exact text at the source; it contains ``value``
+    source: str                                 # locator: repository and path or issue, paper and table, post
     url: str | None = None
     model: str | None = None
     quantization: str | None = None
-    card: str | None = None
+    card: str | None = None                     # a hardware preset where one matches, else the card as stated
     engine: str | None = None
     engine_version: str | None = None
     tp: int | None = None
@@ -199,28 +140,29 @@ class Measurement:
     kv_cache_dtype: str | None = None
     workload: str | None = None
     notes: str | None = None
-    unit_means: str | None = None
-    serving: str | None = None
-    cards: int | None = None
-    prefill_cards: int | None = None
+    unit_means: str | None = None               # byte units: the unit the engine computed in, where its code
+                                                # shows the printed label differs ("GiB" for vLLM's "... GB")
+    serving: str | None = None                  # "disaggregated" (prefill and decode apart) or "aggregated"
+    cards: int | None = None                    # cards of the measured instance (phase-counted) or deployment
+    prefill_cards: int | None = None            # deployment-counted disaggregated values: each phase's cards
     decode_cards: int | None = None
-    scope_cards: int | None = None
-    cards_counted: str | None = None
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    context_tokens: int | None = None
-    batch_per_card: float | None = None
-    prefill_tokens_per_card: int | None = None
-    concurrency: int | None = None
-    tpot_ms: float | None = None
-    tpot_limit_ms: float | None = None
-    ttft_limit_ms: float | None = None
-    tokens_per_s_per_user: float | tuple[float, float] | None = None
-    mtp: bool | None = None
-    mtp_draft_tokens: int | None = None
-    perfect_eplb: bool | None = None
-    cache_hit: float | None = None
-    unstated: tuple[str, ...] = ()
+    scope_cards: int | None = None              # cards ``value`` is per: 1 per card, 8 per node of 8, ...
+    cards_counted: str | None = None            # "phase" or "deployment": whose cards the divisor counts
+    prompt_tokens: int | None = None            # input length per request
+    output_tokens: int | None = None            # output length per request
+    context_tokens: int | None = None           # KV length per sequence in decode, where the source gives it
+    batch_per_card: float | None = None         # sequences per card (decode batch, or prefill requests)
+    prefill_tokens_per_card: int | None = None  # prompt tokens per card in one prefill step
+    concurrency: int | None = None              # client concurrency (requests in flight), whole deployment
+    tpot_ms: float | None = None                # measured mean TPOT
+    tpot_limit_ms: float | None = None          # a TPOT (or ITL) target
+    ttft_limit_ms: float | None = None          # a TTFT target
+    tokens_per_s_per_user: float | tuple[float, float] | None = None  # as printed; (low, high) for a range
+    mtp: bool | None = None                     # multi-token prediction (speculative decoding) on
+    mtp_draft_tokens: int | None = None         # draft tokens per step
+    perfect_eplb: bool | None = None            # expert load balanced on purpose (simulated or forced routing)
+    cache_hit: float | None = None              # share of prompt tokens served from a prefix cache, [0, 1)
+    unstated: tuple[str, ...] = ()              # condition names the source does not state
 
     @property
     def is_throughput(self) -> bool:

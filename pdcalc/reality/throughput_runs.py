@@ -216,6 +216,56 @@ def _quant(text: str | None) -> str | None:
     return None
 
 
+def _batch(m, o, phase: str, prompt, cards: int, phase_cards, notes: list) -> tuple[float, float, bool]:
+    """The modelled step's context and sequences (prompts in prefill) for measurement ``m`` under the open
+    conditions ``o``, and whether the decode batch comes from Little's law; assumptions appended to ``notes``."""
+    little = False
+    if phase == "prefill":
+        context = float(prompt)
+        if m.prefill_tokens_per_card:
+            per_card = float(m.prefill_tokens_per_card)
+        elif m.batch_per_card:
+            per_card = m.batch_per_card * prompt
+        elif o.prefill_tokens_per_card:
+            per_card = float(o.prefill_tokens_per_card)
+        else:
+            raise NotPredictable("the prefill batch is not stated")
+        concurrency = per_card * cards / prompt
+    else:
+        if m.context_tokens:
+            context = float(m.context_tokens)
+        elif m.output_tokens:
+            context = prompt + m.output_tokens / 2
+        else:
+            context = float(prompt)
+            notes.append("Output length not stated: KV length = the prompt.")
+        if m.batch_per_card or o.batch_per_card:
+            b = m.batch_per_card or o.batch_per_card
+        elif m.tpot_ms and m.per_card:
+            # the sequences decoding at once: the decode cards' output rate x the measured TPOT (Little's law);
+            # a client's concurrency also counts requests queued or in prefill
+            rate = m.per_card * (m.cards / m.decode_cards if m.cards_counted == "deployment" and m.decode_cards
+                                 else 1)
+            b = rate * m.tpot_ms * 1e-3
+            little = True
+            notes.append(f"Decode batch {b:.1f} per card: the decode cards' output rate x the measured TPOT "
+                         f"(Little's law)" + (f"; the client's {m.concurrency:,} concurrent requests also count "
+                                              "those queued or in prefill" if m.concurrency else "") + ".")
+        elif m.concurrency and phase_cards:
+            b = m.concurrency / (m.decode_cards or phase_cards)
+        elif o.use_little or m.tokens_per_s_per_user or m.tpot_limit_ms:
+            speed = m.tokens_per_s_per_user
+            if isinstance(speed, tuple):
+                speed = sum(speed) / 2
+            tpot = 1 / speed if speed else m.tpot_limit_ms * 1e-3
+            b = m.per_card * tpot
+            little = True
+        else:
+            raise NotPredictable("the decode batch (or a TPOT to infer it) is not stated")
+        concurrency = b * cards
+    return context, concurrency, little
+
+
 def throughput_setup(mid: str) -> ThroughputSetup:
     """The conditions of throughput measurement ``mid`` as the step model needs them: the registry's
     stated fields first, then the open conditions of :data:`_OPEN` (each with its reason), then these
@@ -288,50 +338,7 @@ def throughput_setup(mid: str) -> ThroughputSetup:
             raise NotPredictable("a deployment-counted rate without the decode cards")
         scale *= m.decode_cards / m.cards
         notes.append(f"Per card of the deployment: the {m.decode_cards} decode cards' output over all {m.cards}.")
-    little = False
-    if phase == "prefill":
-        context = float(prompt)
-        if m.prefill_tokens_per_card:
-            per_card = float(m.prefill_tokens_per_card)
-        elif m.batch_per_card:
-            per_card = m.batch_per_card * prompt
-        elif o.prefill_tokens_per_card:
-            per_card = float(o.prefill_tokens_per_card)
-        else:
-            raise NotPredictable("the prefill batch is not stated")
-        concurrency = per_card * cards / prompt
-    else:
-        if m.context_tokens:
-            context = float(m.context_tokens)
-        elif m.output_tokens:
-            context = prompt + m.output_tokens / 2
-        else:
-            context = float(prompt)
-            notes.append("Output length not stated: KV length = the prompt.")
-        if m.batch_per_card or o.batch_per_card:
-            b = m.batch_per_card or o.batch_per_card
-        elif m.tpot_ms and m.per_card:
-            # the sequences decoding at once: the decode cards' output rate x the measured TPOT (Little's law);
-            # a client's concurrency also counts requests queued or in prefill
-            rate = m.per_card * (m.cards / m.decode_cards if m.cards_counted == "deployment" and m.decode_cards
-                                 else 1)
-            b = rate * m.tpot_ms * 1e-3
-            little = True
-            notes.append(f"Decode batch {b:.1f} per card: the decode cards' output rate x the measured TPOT "
-                         f"(Little's law)" + (f"; the client's {m.concurrency:,} concurrent requests also count "
-                                              "those queued or in prefill" if m.concurrency else "") + ".")
-        elif m.concurrency and phase_cards:
-            b = m.concurrency / (m.decode_cards or phase_cards)
-        elif o.use_little or m.tokens_per_s_per_user or m.tpot_limit_ms:
-            speed = m.tokens_per_s_per_user
-            if isinstance(speed, tuple):
-                speed = sum(speed) / 2
-            tpot = 1 / speed if speed else m.tpot_limit_ms * 1e-3
-            b = m.per_card * tpot
-            little = True
-        else:
-            raise NotPredictable("the decode batch (or a TPOT to infer it) is not stated")
-        concurrency = b * cards
+    context, concurrency, little = _batch(m, o, phase, prompt, cards, phase_cards, notes)
     return ThroughputSetup(id=mid, model=model, card=card, quant=quant, phase=phase, tp=tp_cards, dp=dp, ep=ep,
                            context=context, concurrency=concurrency, mtp_steps=steps,
                            mtp_acceptance=o.mtp_acceptance, eplb=eplb, redundant_experts=o.redundant_experts if ep

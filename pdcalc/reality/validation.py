@@ -45,7 +45,9 @@ from pdcalc.hardware.cards import get_card
 from pdcalc.model.quant import get_scheme
 from pdcalc.perf import step as throughput
 from pdcalc.perf import transfer
-from pdcalc.perf.schedule import profiled_steps
+from pdcalc.perf.comm import DEFAULT_COMM_EFF
+from pdcalc.perf.inputs import DEFAULT_MBU, DEFAULT_MFU
+from pdcalc.perf.schedule import DEFAULT_OVERLAP_MODEL, profiled_steps
 from pdcalc.reality import measurements as reg
 from pdcalc.reality.bands import BANDS, GROUPS, NO_PRESET, SI_UNITS, Prediction, measured_si
 from pdcalc.reality.memory_checks import (
@@ -68,9 +70,9 @@ from pdcalc.reality.weights import (
 )
 
 
-def _throughput_predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.DEFAULT_MBU,
-                            comm_eff: float = throughput.DEFAULT_COMM_EFF, overlap: bool = True,
-                            overlap_model: str = throughput.DEFAULT_OVERLAP_MODEL,
+def _throughput_predictions(*, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU,
+                            comm_eff: float = DEFAULT_COMM_EFF, overlap: bool = True,
+                            overlap_model: str = DEFAULT_OVERLAP_MODEL,
                             beyond: bool = True) -> list[Prediction]:
     out = []
     for m in reg.load():
@@ -128,9 +130,9 @@ def band_assumptions() -> dict:
     return {k: p.default for k, p in inspect.signature(predictions).parameters.items()}
 
 
-def predictions(*, mfu: float = throughput.DEFAULT_MFU, mbu: float = throughput.DEFAULT_MBU,
-                comm_eff: float = throughput.DEFAULT_COMM_EFF, overlap: bool = True,
-                scheme: str | None = None, overlap_model: str = throughput.DEFAULT_OVERLAP_MODEL,
+def predictions(*, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU,
+                comm_eff: float = DEFAULT_COMM_EFF, overlap: bool = True,
+                scheme: str | None = None, overlap_model: str = DEFAULT_OVERLAP_MODEL,
                 beyond: bool = True) -> list[Prediction]:
     """pdcalc's prediction for every registry entry it can predict, in registry order.
 
