@@ -2,7 +2,7 @@
 is a stable contract.
 
 Every flag is checked when it is parsed, by the same rules the package and chapter re-runs use
-(:mod:`pdcalc.checks`). User errors (a bad flag, name, file or layout) exit with status 2 and one line on
+(:mod:`pdcalc.core.checks`). User errors (a bad flag, name, file or layout) exit with status 2 and one line on
 stderr that names what was wrong and what is allowed; a deployment that does not fit is a result, not an
 error. ``rerun`` exits with status 1 when a cell of the re-run chapter raises.
 
@@ -22,7 +22,7 @@ from pdcalc.core import checks
 from pdcalc.core.checks import BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S
 from pdcalc.core.errors import PdcalcError
 
-#: KV cache layouts and formats the commands accept (pdcalc.kv_cache checks the pair for each model).
+#: KV cache layouts and formats the commands accept (pdcalc.model.kv_layout checks the pair for each model).
 ENGINE_CHOICES = ("reference", "vllm", "vllm-ascend")
 KV_DTYPES = ("auto", "bf16", "fp8", "fp8_ds_mla")
 
@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _flag_type(check, **bounds):
-    """An argparse ``type`` that parses a number and checks it with :mod:`pdcalc.checks`."""
+    """An argparse ``type`` that parses a number and checks it with :mod:`pdcalc.core.checks`."""
 
     def parse(text: str):
         try:
@@ -412,7 +412,7 @@ def _add_memory(sub) -> None:
                     help="also say how many sequences of this many tokens the KV room holds")
     sm.add_argument("--max-num-batched-tokens", type=_int(1, MAX_TOKENS), default=None,
                     help="add the buffers the engine builds with the model at this scheduler setting, which "
-                         "vllm-ascend counts in the weights it logs (DeepSeek-V4; pdcalc.memory.load_buffers)")
+                         "vllm-ascend counts in the weights it logs (DeepSeek-V4; pdcalc.layout.memory.load_buffers)")
     sm.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                     help="KV layout for --context (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     sm.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")

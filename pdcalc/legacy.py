@@ -35,7 +35,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "pdcalc.flops": ("pdcalc.perf.flops",),
     "pdcalc.costs": ("pdcalc.perf.costs", "pdcalc.perf.cost_points"),
     "pdcalc.transfer": ("pdcalc.perf.transfer",),
-    "pdcalc.throughput": ("pdcalc.perf.step", "pdcalc.perf.inputs", "pdcalc.perf.roofline", "pdcalc.perf.shape", "pdcalc.perf.flops", "pdcalc.perf.traffic",
+    "pdcalc.throughput": ("pdcalc.perf.step", "pdcalc.perf.inputs", "pdcalc.perf.roofline", "pdcalc.perf.shape",
+                          "pdcalc.perf.flops", "pdcalc.perf.traffic",
                           "pdcalc.perf.comm", "pdcalc.perf.kernels", "pdcalc.perf.routing",
                           "pdcalc.perf.speculative", "pdcalc.perf.schedule", "pdcalc.perf.published",
                           "pdcalc.reality.published_runs"),
@@ -44,9 +45,9 @@ MOVED: dict[str, tuple[str, ...]] = {
                           "pdcalc.reality.memory_checks", "pdcalc.reality.throughput_runs",
                           "pdcalc.audit.vs_measurements"),
     "pdcalc.plan": ("pdcalc.plan.search", "pdcalc.plan.workload", "pdcalc.plan.roles", "pdcalc.plan.splits",
-                    "pdcalc.plan.frontier_search", "pdcalc.plan.labels"),
-    "pdcalc.recommend": ("pdcalc.plan.recommend", "pdcalc.plan.workload", "pdcalc.plan.launch",
-                         "pdcalc.audit.answers"),
+                    "pdcalc.plan.frontier_search", "pdcalc.plan.labels", "pdcalc.plan.views"),
+    "pdcalc.recommend": ("pdcalc.plan.recommend", "pdcalc.plan.workload", "pdcalc.plan.labels", "pdcalc.plan.views",
+                         "pdcalc.plan.launch", "pdcalc.audit.answers"),
     "pdcalc.registry": ("pdcalc.audit.registry",),
     "pdcalc.claims": ("pdcalc.audit.claims", "pdcalc.audit.registry"),
     "pdcalc.errata": ("pdcalc.audit.errata",),
@@ -58,8 +59,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "pdcalc.charts": ("pdcalc.book.charts",),
     "pdcalc.report": ("pdcalc.book.report", "pdcalc.book.stories"),
     "pdcalc.audit_page": ("pdcalc.book.audit_page",),
-    "pdcalc.page": ("pdcalc.book.page", "pdcalc.book.notebooks"),
-    "pdcalc.rerun": ("pdcalc.book.rerun", "pdcalc.book.parameters"),
+    "pdcalc.page": ("pdcalc.book.page", "pdcalc.book.myst"),
+    "pdcalc.rerun": ("pdcalc.book.rerun", "pdcalc.book.parameters", "pdcalc.book.validators"),
 }
 
 #: Old modules whose name is a package now (their ``__init__`` calls :func:`forward`).

@@ -125,7 +125,7 @@ def layout_site(tmp_path_factory) -> dict[str, Path]:
     small = _frame_html(3, 3)
     pages = {
         "good": {
-            # A chapter's own scroll container, the one pdcalc.display puts every table in, and the
+            # A chapter's own scroll container, the one pdcalc.book.display puts every table in, and the
             # cell tag scroll-output.
             "scroll-container.html": _book_page(
                 prose, _cell(output=f'<div style="overflow-x: auto">{wide}</div>', tags=("remove-input",)),

@@ -135,10 +135,10 @@ def test_model_presets_do_not_need_the_inventory():
     import subprocess
     import sys
 
-    code = ("import sys, pdcalc.model as m; m.load_config('deepseek-v3'); "
-            "assert 'pdcalc.inventory' not in sys.modules, 'model imported inventory'\n"
+    code = ("import sys, pdcalc.model.config as m; m.load_config('deepseek-v3'); "
+            "assert 'pdcalc.model.inventory' not in sys.modules, 'model imported inventory'\n"
             "try:\n    m.load_config('deepseek-v9')\nexcept m.UnknownNameError as e:\n    print(e)\n"
-            "assert 'pdcalc.inventory' not in sys.modules")
+            "assert 'pdcalc.model.inventory' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ("unknown model 'deepseek-v9'; known: deepseek-v2, deepseek-v2-lite, deepseek-v3, "
                            "deepseek-v3-article, deepseek-v3.2-exp, deepseek-v4-flash, deepseek-v4-flash-article, "

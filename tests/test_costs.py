@@ -300,7 +300,7 @@ def test_duplicate_table_ids_and_bad_toml(tmp_path):
 
 
 def test_import_is_light():
-    code = "import sys, pdcalc.costs; print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))"
+    code = "import sys, pdcalc.perf.costs; print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

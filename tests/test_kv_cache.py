@@ -6,14 +6,8 @@ import pytest
 from pdcalc.core.errors import ConfigError, LayoutError, PdcalcError, UnknownNameError
 from pdcalc.hardware.cards import card_names, get_card
 from pdcalc.model.config import load_config
-from pdcalc.model.kv_cache import (
-    ARTICLE_PER_TOKEN_KB,
-    ASSUMPTIONS,
-    article_kv_bytes,
-    kv_bytes,
-    mla_bytes_per_token,
-    sequences_that_fit,
-)
+from pdcalc.model.kv_cache import (ARTICLE_PER_TOKEN_KB, ASSUMPTIONS, article_kv_bytes, kv_bytes, mla_bytes_per_token,
+                                   sequences_that_fit)
 from pdcalc.model.kv_layout import ASCEND_DSV4_BLOCK_SIZES, ENGINE_BY_FAMILY, ENGINES, default_engine, engine_layout
 
 V4 = "deepseek-v4-flash"

@@ -227,7 +227,7 @@ def test_throughput_entries_cover_phases_vendors_and_scales():
 
 
 def test_throughput_entries_that_predictions_read_keep_their_values():
-    # the four anchors of pdcalc.throughput.PUBLISHED_RUNS
+    # the four anchors of pdcalc.reality.published_runs.PUBLISHED_RUNS
     assert M.get("deepseek-prod-h800-prefill-per-node").value_si == pytest.approx(73_700)
     assert M.get("deepseek-prod-h800-decode-per-node").value_si == pytest.approx(14_800)
     assert M.get("cloudmatrix384-r1-prefill-per-npu").value == 6688

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from cli_harness import assert_clean, run_cli
 
-from pdcalc.model import kv_cache as kv_cache_
-from pdcalc.model import kv_layout as kv_cache
+from pdcalc.model import kv_cache, kv_layout
 from pdcalc.model.config import REQUIRED, _data_path, load_config
 from pdcalc.perf import flops as flops_mod
 from pdcalc.perf import kernels, traffic
@@ -64,20 +63,20 @@ def test_a_missing_field_is_named_in_one_line(tmp_path, model_type, field):
 V32_PER_LAYER = {"reference": (1152, 132), "vllm": (1152, 132), "vllm-ascend": (1152, 256)}
 
 
-@pytest.mark.parametrize("engine", kv_cache.ENGINES)
+@pytest.mark.parametrize("engine", kv_layout.ENGINES)
 def test_v32_kv_per_token_per_engine(engine):
     cfg = load_config(V32)
     latent, index = V32_PER_LAYER[engine]
     assert (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2 == latent
-    assert kv_cache.indexer_entry_bytes(cfg, engine) == index
-    r = kv_cache_.kv_bytes(cfg, 1 << 16, engine, include_mtp=False)
+    assert kv_layout.indexer_entry_bytes(cfg, engine) == index
+    r = kv_cache.kv_bytes(cfg, 1 << 16, engine, include_mtp=False)
     assert r.fixed_bytes == 0
     assert r.per_token_bytes_asymptotic == cfg.num_hidden_layers * (latent + index)
     assert r.by_cache["indexer"] == pytest.approx(cfg.num_hidden_layers * index * (1 << 16))
 
 
 def test_v32_fp8_on_vllm_is_the_656_byte_row():
-    r = kv_cache_.kv_bytes(V32, 4096, "vllm", include_mtp=False, kv_cache_dtype="fp8")
+    r = kv_cache.kv_bytes(V32, 4096, "vllm", include_mtp=False, kv_cache_dtype="fp8")
     assert r.per_token_bytes_asymptotic == load_config(V32).num_hidden_layers * (656 + 132)
 
 
@@ -85,7 +84,7 @@ def test_indexer_bytes_refuse_a_model_without_an_indexer():
     from pdcalc.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="has no lightning indexer"):
-        kv_cache.indexer_entry_bytes("deepseek-v3")
+        kv_layout.indexer_entry_bytes("deepseek-v3")
 
 
 # ------------------------------------------------------------------------------ V3.2 step

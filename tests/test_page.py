@@ -1,4 +1,4 @@
-"""pdcalc.page: the standalone HTML page of an executed notebook (nbconvert), without executing anything.
+"""pdcalc.book.page: the standalone HTML page of an executed notebook (nbconvert), without executing anything.
 
 The page of a real re-run (``pdcalc rerun --html``) is tested in ``test_rerun.py``.
 """
@@ -56,8 +56,8 @@ MYST = r"""# A synthetic chapter
 
 (sec-a)=
 Value {glue:text}`speed:.1f` tok/s, label {glue:text}`label`, any {glue:}`count`, html {glue}`table`,
-md {glue:md}`note`, missing {glue:text}`nope:.2f`, equation {eq}`eq-one`, function {py:func}`pdcalc.throughput.step`,
-short {py:func}`~pdcalc.throughput.step`.
+md {glue:md}`note`, missing {glue:text}`nope:.2f`, equation {eq}`eq-one`, function {py:func}`pdcalc.perf.step.step`,
+short {py:func}`~pdcalc.perf.step.step`.
 % a MyST comment
 
 ```{math}
@@ -112,7 +112,7 @@ def test_html_page_shows_glued_values_and_myst_as_the_book(synthetic_page):
     assert "&lt;b&gt;" in page and "<b>bold</b>" in page and "<strong>md</strong>" in page
     assert '<code class="glue-missing">nope:.2f</code>' in page
     assert "equation (1)" in text and "\\tag{1}" in page and "\\begin{split}" in page
-    assert "<code>pdcalc.throughput.step</code>" in page and "short <code>step</code>" in page.replace("\n", " ")
+    assert "<code>pdcalc.perf.step.step</code>" in page and "short <code>step</code>" in page.replace("\n", " ")
     assert "{glue" not in text and "{eq}" not in text and "{py:func}" not in text and "```" not in text
     assert "(sec-a)=" not in text and "MyST comment" not in text and ":class:" not in text
     assert '<div class="admonition note"><p class="admonition-title">Note</p>' in page and "A note with 123 inside" in text

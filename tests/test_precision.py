@@ -1,4 +1,4 @@
-"""The precision policy (pdcalc.precision), and a scan of every committed chapter output against it.
+"""The precision policy (pdcalc.core.precision), and a scan of every committed chapter output against it.
 
 The scan reads only the committed notebooks, so it gives the same answer on every machine: a float
 stored at full precision (the kind whose last digits change with the CPU's BLAS kernel) fails here
@@ -17,16 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdcalc.core.precision import (
-    MAX_SIG,
-    SIG,
-    round_decimals,
-    round_sig,
-    rounded,
-    significant_figures,
-    tidy,
-    too_precise,
-)
+from pdcalc.core.precision import (MAX_SIG, SIG, round_decimals, round_sig, rounded, significant_figures, tidy,
+                                   too_precise)
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((REPO / "book").glob("*.ipynb"))
@@ -117,7 +109,7 @@ def test_no_committed_output_carries_more_digits_than_the_policy(path):
     bad = [f"cell {i} ({mime}): {', '.join(found[:3])}" for i, mime, text in _outputs(path)
            if (found := too_precise(text))]
     assert not bad, (f"{path.name}: floats with more than {MAX_SIG} significant figures (round them with "
-                     f"pdcalc.precision before showing, glueing or charting):\n" + "\n".join(bad[:20]))
+                     f"pdcalc.core.precision before showing, glueing or charting):\n" + "\n".join(bad[:20]))
 
 
 _GLUE_REF = re.compile(r"\{glue(?::text)?\}`([^`:]+):([^`]+)`")

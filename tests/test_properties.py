@@ -181,7 +181,7 @@ def test_memory_and_kv_flags(args, ctx):
 @settings(max_examples=30)
 def test_rerun_parameters_are_judged_before_any_run(tmp_path, name, value):
     # an unknown name or a value the chapter cannot take is refused in one line; a valid one would run the
-    # chapter, so it is only validated here (pdcalc.rerun.validate), never executed
+    # chapter, so it is only validated here (pdcalc.book.rerun.validate), never executed
     from pdcalc.book.parameters import chapter_parameters, parse_value
     from pdcalc.book.validators import validate
     from pdcalc.core.errors import PdcalcError

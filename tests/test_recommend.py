@@ -1,4 +1,4 @@
-"""pdcalc.recommend: the split to run, its memory, the published deployment beside it and its flags."""
+"""pdcalc.plan.recommend: the split to run, its memory, the published deployment beside it and its flags."""
 
 import json
 import math

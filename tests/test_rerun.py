@@ -1,4 +1,4 @@
-"""pdcalc.rerun and ``pdcalc rerun``: chapters re-executed with other parameters, outside ``book/``.
+"""pdcalc.book.rerun and ``pdcalc rerun``: chapters re-executed with other parameters, outside ``book/``.
 
 Two real executions of ``per_card`` are shared by the tests of this module: one with the defaults
 (through the Python API) and one with another card and decode EP group (through the command line,
@@ -95,7 +95,7 @@ def glued(nb) -> dict:
 
 
 def table_rows(nb, marker: str) -> dict[str, dict[str, float]]:
-    """The ``pdcalc.display`` table of the cell whose source holds ``marker``, read from its CSV download:
+    """The ``pdcalc.book.display`` table of the cell whose source holds ``marker``, read from its CSV download:
     row label -> {column: number} (empty cells left out)."""
     import base64
     import csv
@@ -235,7 +235,7 @@ def test_validate_converts_and_resolves(tmp_path, monkeypatch):
      "parameter 'other_quant': unknown quantization scheme 'int3'"),
     ("v3_throughput", {"other_card": "ascend-910b2"}, rp.ParameterError,
      "parameter 'other_card': card 'ascend-910b2' defines peak FLOP/s for bf16, fp16, int8 only; chapter "
-     "v3_throughput computes the second card's steps (pdcalc.throughput.step) with other_quant 'fp8', which "
+     "v3_throughput computes the second card's steps (pdcalc.perf.step.step) with other_quant 'fp8', which "
      "needs fp8 (the linear layers of fp8)"),
     ("v3_throughput", {"other_quant": "w8a8"}, rp.ParameterError,
      "parameter 'other_quant': card 'h800' defines peak FLOP/s for bf16, fp16, fp8 only"),
@@ -247,12 +247,12 @@ def test_validate_converts_and_resolves(tmp_path, monkeypatch):
     ("plan", {"concurrency": 64, "rate_per_s": 2.0}, rp.ParameterError, "parameter 'concurrency': give rate_per_s"),
     ("plan", {"card": str(FP16_ONLY)}, rp.ParameterError,
      f"parameter 'card': card '{FP16_ONLY}' defines peak FLOP/s for fp16 only; chapter plan computes prefill "
-     "and decode steps (pdcalc.throughput.step) with quant 'w8a8-msmodelslim', which needs int8 (the linear "
+     "and decode steps (pdcalc.perf.step.step) with quant 'w8a8-msmodelslim', which needs int8 (the linear "
      "layers of w8a8-msmodelslim) and bf16 (attention)"),
     ("plan", {"quant": "fp8"}, rp.ParameterError, "parameter 'quant': card 'ascend-910b2' defines peak FLOP/s"),
     ("transfer", {"card": "h800"}, rp.ParameterError,
      "parameter 'card': card 'h800' defines peak FLOP/s for bf16, fp16, fp8 only; chapter transfer computes the "
-     "prefill compute time (pdcalc.flops.prefill_compute_seconds), which needs int8"),
+     "prefill compute time (pdcalc.perf.flops.prefill_compute_seconds), which needs int8"),
     ("plan", {"output_tokens": 40_000}, rp.ParameterError,
      "parameter 'output_tokens': output_tokens (40,000) must be smaller than context (32,768, the chapter's default)"),
     ("plan", {"context": 100_000, "output_tokens": 40_000}, rp.ParameterError, "replays the V4 article's scenario B"),
@@ -388,7 +388,7 @@ def test_new_card_and_decode_ep_change_the_tables_and_the_chart(changed_run):
     assert new[usable_row][P] < old[usable_row][P]                         # a 32 GB card
     d_weights = card_weights("deepseek-v4-flash", V4_ASCEND_W8A8, ep=16, mtp=True)
     usable = budget("ascend-910b4-32g", d_weights.total_bytes, utilization=0.9).usable_bytes
-    # chapters round what they print to 4 significant figures (pdcalc.precision)
+    # chapters round what they print to 4 significant figures (pdcalc.core.precision)
     assert new[usable_row][D] == pytest.approx(usable / 2**30, rel=1e-3)
     assert new["weights, total"][D] == pytest.approx(d_weights.total_bytes / 2**30, rel=1e-3)
 
@@ -502,7 +502,7 @@ def test_cli_values_refused_before_the_chapter_runs_exit_2(chapter, args, messag
 
 
 def test_rerun_never_imports_the_command_line():
-    """pdcalc.cli imports pdcalc.rerun; the reverse would be a cycle."""
+    """pdcalc.cli imports pdcalc.book.rerun; the reverse would be a cycle."""
     tree = ast.parse(Path(rr.__file__).read_text(encoding="utf-8"))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)

@@ -283,7 +283,7 @@ CFG4 = load_config(V4)
 INV4 = get_inventory(V4)
 # main layers by kind, from compress_ratios[:43] = [0, 0, (4, 128) x 20, 4]
 N_SWA, N_C4, N_C128 = 2, 21, 20
-# vllm-ascend on 910B (pdcalc.kv_cache): BF16 window and compressed entries of head_dim 512, int8 indexer
+# vllm-ascend on 910B (pdcalc.model.kv_layout): BF16 window and compressed entries of head_dim 512, int8 indexer
 # keys of 128 with one fp16 scale
 E_WIN, E_COMP, E_IDX = 512 * 2, 512 * 2, 128 + 2
 

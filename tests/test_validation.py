@@ -1,4 +1,4 @@
-"""pdcalc's predictions against published measurements (pdcalc.validation).
+"""pdcalc's predictions against published measurements (pdcalc.reality.validation).
 
 The bands are claims about the model; their widths are pinned here so that widening one in
 pdcalc/validation.py is a visible change to this file too. Why each is that wide:
@@ -285,7 +285,7 @@ def test_throughput_rows_are_the_published_cost_step_with_the_roofline_beside_it
         assert row["predicted"] == pytest.approx(after, rel=1e-12)
         assert row["before"] == pytest.approx(before, rel=1e-12)
         assert st.costs == "published" and st.cost_sources
-        assert row["costs_from"] and row["function"].startswith("pdcalc.validation.predict_throughput")
+        assert row["costs_from"] and row["function"].startswith("pdcalc.reality.throughput_runs.predict_throughput")
     # the roofline's efficiencies move the before, never the after
     slow = V.table(mfu=0.25).set_index("id")
     mid = "lmsys-h20-prefill-per-node"                                 # compute-bound, serial

@@ -165,7 +165,7 @@ def _step_vectorized() -> str:
     return f"{(time.perf_counter() - t0) / 20 * 1e3:.1f} ms per call"
 
 
-@measurement("prefill FLOPs of a 1M-token prompt", "pdcalc.flops.prefill_flops(V4-Flash, 1,048,576) (mean of 100 calls)")
+@measurement("prefill FLOPs of a 1M-token prompt", "pdcalc.perf.flops.prefill_flops(V4-Flash, 1,048,576) (mean of 100 calls)")
 def _prefill_flops() -> str:
     from pdcalc.perf.flops import prefill_flops
 
@@ -186,7 +186,7 @@ def _planner_case():
     return setup, work, *sides(setup, work)
 
 
-@measurement("planner: vectorized vs loop", "pdcalc.plan.evaluate (numpy over the grid) and evaluate_loop "
+@measurement("planner: vectorized vs loop", "pdcalc.plan.splits.evaluate (numpy over the grid) and evaluate_loop "
              "(plain Python) on the same 128-card V3 grid, layouts precomputed")
 def _planner() -> str:
     from pdcalc.plan.splits import evaluate, evaluate_loop

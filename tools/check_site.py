@@ -34,7 +34,7 @@ page without the theme) is 784 px wide. A page FAILS when
     output or table (THEME_SCROLL_WRAPPERS, e.g. ``div.cell_output .output``), which would
     otherwise excuse every table. A chapter's deliberate container is an element of its own
     output around the table, e.g. ``<div class="pdcalc-table" style="overflow-x:auto;max-width:100%">``
-    as ``pdcalc.display.table`` writes it, or the cell tag ``scroll-output`` (myst-nb's
+    as ``pdcalc.book.display.table`` writes it, or the cell tag ``scroll-output`` (myst-nb's
     ``div.cell_output`` then scrolls, at most 24em high);
 (g) visible code takes more than MAX_CODE_SHARE (3 %) of the page's height: the rendered heights
     of the code input areas (myst-nb's ``div.cell_input``) are summed, except the input of a cell

@@ -474,9 +474,10 @@ recomputes("v4-5.2.7-nonsplit-params-m", method="article shapes: all class-II te
 
 def total_why():
     rows = sum(printed_value(f"v4-1.4-{k}-params") for k in ("routed", "shared", "mla", "emb-head", "misc"))
-    return (f"Parts that do not add up: the article's own architecture totals {_b(params_of(V4A)):.2f}B (its printed rows "
-            f"add up to {rows:.2f}B), not 283.5B. The official model has "
-            f"{_b(params_of(V4)):.2f}B parameters; the article's shapes miss {_b(params_of(V4) - params_of(V4A)):.2f}B of attention, "
+    return (f"Parts that do not add up: the article's own architecture totals {_b(params_of(V4A)):.2f}B (its printed "
+            f"rows add up to {rows:.2f}B), not 283.5B. The official model has "
+            f"{_b(params_of(V4)):.2f}B parameters; the article's shapes miss "
+            f"{_b(params_of(V4) - params_of(V4A)):.2f}B of attention, "
             f"compressor, indexer and mHC weights.")
 
 

@@ -2,12 +2,12 @@
 
 The article's memory model, rebuilt from its own inputs: weights from its own shapes at one byte per
 parameter (:func:`pdcalc.audit.per_card.article_card`), a KV cache of a constant 44 KB per token
-(:func:`pdcalc.kv_cache.article_kv_bytes`, 1 KB = 1000 B as its "4096 x 44KB = 180 MB" shows),
+(:func:`pdcalc.model.kv_cache.article_kv_bytes`, 1 KB = 1000 B as its "4096 x 44KB = 180 MB" shows),
 activations and framework overhead as it states them, against 64 GB x 0.9 = 57.6 GB.
 
 Two figures are judged against what is true rather than against their own arithmetic: the 44 KB per
 token itself, a stated assumption about the real model, against what vllm-ascend stores
-(:func:`pdcalc.kv_cache.kv_bytes`); and the P card's KV peak, whose premise (one batch's tokens) leaves
+(:func:`pdcalc.model.kv_cache.kv_bytes`); and the P card's KV peak, whose premise (one batch's tokens) leaves
 out the prompt a P card keeps while it prefills it in chunks.
 """
 
@@ -17,20 +17,8 @@ from dataclasses import dataclass
 from functools import cache, partial
 
 from pdcalc.audit.architecture import class_ii_why
-from pdcalc.audit.per_card import (
-    D_EP,
-    P_EP,
-    art_hbm_gb,
-    art_ii_gb,
-    article_card,
-    article_usable_gb,
-    card_why,
-    class_ii_gb,
-    experts_card,
-    routed_card_gb,
-    tutorial_deployment,
-    weight_card_gb,
-)
+from pdcalc.audit.per_card import (D_EP, P_EP, art_hbm_gb, art_ii_gb, article_card, article_usable_gb, card_why,
+                                   class_ii_gb, experts_card, routed_card_gb, tutorial_deployment, weight_card_gb)
 from pdcalc.audit.registry import printed_value, recomputes, registered_by
 from pdcalc.core.units import GB, KB, MB
 from pdcalc.layout.memory import MemoryPlan, memory_plan
@@ -62,7 +50,7 @@ ENGINE = "vllm-ascend"
 
 def real_kv_per_token_kb() -> float:
     """Bytes per added token of context as vllm-ascend stores DeepSeek-V4-Flash on 910B (the slope of
-    :func:`pdcalc.kv_cache.kv_bytes`, MTP layer included), KB of 1000 B."""
+    :func:`pdcalc.model.kv_cache.kv_bytes`, MTP layer included), KB of 1000 B."""
     return kv_bytes(V4, 1, ENGINE).per_token_bytes_asymptotic / KB
 
 

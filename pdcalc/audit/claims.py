@@ -24,7 +24,7 @@ Verdicts are computed, never typed:
 
 One quantity, one verdict: a claim that prints again, in another section, a quantity already printed
 with the same value names its first occurrence in ``same_as`` and is judged by the same recomputation
-(:func:`pdcalc.registry.evaluate`); a wrong figure is wrong wherever it is printed.
+(:func:`pdcalc.audit.registry.evaluate`); a wrong figure is wrong wherever it is printed.
 
 Every erratum carries a ``severity``, how much it moves a deployment conclusion (data, with a one-line
 ``severity_reason``), on the scale of :data:`SEVERITIES`: ``major`` (changes which layout or split to
@@ -160,7 +160,7 @@ FRAME_COLUMNS = ("id", "article", "section", "quantity", "printed", "article_val
 
 
 def problems(article: str | None = None) -> list[str]:
-    """Registry defects (:func:`pdcalc.registry.defects`): errata without an explanation or a severity,
+    """Registry defects (:func:`pdcalc.audit.registry.defects`): errata without an explanation or a severity,
     explanations or severities left on numbers that are not errata, a repeated quantity with two verdicts
     or a ``same_as`` that names no earlier claim of the same value; and recomputations registered for ids
     that do not exist."""
@@ -168,7 +168,8 @@ def problems(article: str | None = None) -> list[str]:
     out = defects(cs)
     if article is None:
         known = {c.id for c in cs}
-        out += [f"{cid}: recomputation registered for an unknown claim id" for cid in registered_ids() if cid not in known]
+        out += [f"{cid}: recomputation registered for an unknown claim id" for cid in registered_ids()
+                if cid not in known]
     return out
 
 

@@ -2,9 +2,9 @@
 number its own inputs give, the number the official model and the serving engine give, and what the
 correction changes in the article's conclusion.
 
-Every number is computed (the claims registry, the audit modules, :mod:`pdcalc.memory`,
-:mod:`pdcalc.kv_cache`, :mod:`pdcalc.throughput`); the ranking is an editorial judgement that follows
-the registry's severities (:data:`pdcalc.claims.SEVERITIES`): every entry is an erratum of the
+Every number is computed (the claims registry, the audit modules, :mod:`pdcalc.layout.memory`,
+:mod:`pdcalc.model.kv_layout`, :mod:`pdcalc.perf.step`); the ranking is an editorial judgement that follows
+the registry's severities (:data:`pdcalc.audit.registry.SEVERITIES`): every entry is an erratum of the
 registry, and a ``major`` mistake (it changes which layout the article recommends, or whether it fits)
 ranks above a ``moderate`` one (it changes a sizing figure).
 """

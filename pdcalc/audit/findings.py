@@ -1,7 +1,7 @@
 """What the book found, article by article: each finding reads "the article says -> its own inputs give ->
 as it really is", with what it changes and a link to the audit row that shows it.
 
-The findings are the ranked errata (:data:`pdcalc.errata.ERRATA`, most consequential first) plus, per
+The findings are the ranked errata (:data:`pdcalc.audit.errata.ERRATA`, most consequential first) plus, per
 article, the number a reader sizes a deployment by that the engine's own log or the registry's floor
 corrects (:data:`EXTRA`). Every figure is computed when the page is built, so the findings follow the
 code; the landing page renders them with :func:`html`.
@@ -29,7 +29,7 @@ class Finding:
     claim_id: str           # the claim in the registry
     section: str            # the article's section
     quantity: str
-    severity: str           # the erratum's severity (pdcalc.registry.SEVERITIES)
+    severity: str           # the erratum's severity (pdcalc.audit.registry.SEVERITIES)
     says: str               # the number as printed
     own_inputs: str         # what the article's own inputs give
     real: str               # what the official model, the engine or its log give

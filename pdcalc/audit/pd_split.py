@@ -8,17 +8,8 @@ from functools import partial
 from pdcalc.audit import budgets as b
 from pdcalc.audit.architecture import class_ii_why, total_why
 from pdcalc.audit.architecture import params_of as _params
-from pdcalc.audit.per_card import (
-    D_EP,
-    P_EP,
-    art_ii_gb,
-    article_usable_gb,
-    card_why,
-    class_ii_gb,
-    experts_card,
-    routed_card_gb,
-    tutorial_deployment,
-)
+from pdcalc.audit.per_card import (D_EP, P_EP, art_ii_gb, article_usable_gb, card_why, class_ii_gb, experts_card,
+                                   routed_card_gb, tutorial_deployment)
 from pdcalc.audit.per_card import weight_card_gb as _w
 from pdcalc.audit.registry import printed_value, recomputes, registered_by
 from pdcalc.core.units import GB

@@ -1,7 +1,7 @@
 """Recomputations for the V4 article's cluster layout, EP placement and per-card weights
 (§2.1-2.3, §4.2-4.5, §5.3-5.5): the article's own architecture (``deepseek-v4-flash-article`` at
-1 byte per parameter) placed with :func:`pdcalc.parallel.place_experts` and
-:func:`pdcalc.memory.card_weights`; the layout facts against the published deployment.
+1 byte per parameter) placed with :func:`pdcalc.layout.parallel.place_experts` and
+:func:`pdcalc.layout.memory.card_weights`; the layout facts against the published deployment.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ recomputes("v4-2.1-p-servers", "v4-2.1-d-servers", method=f"published deployment
 recomputes("v4-2.1-total-cards", method="servers x cards per server")(
     lambda: tutorial_deployment()["servers"] * tutorial_deployment()["cards_per_server"])
 recomputes("v4-2.1-p-cards", "v4-2.1-d-cards", "v4-2.2-p-cards", "v4-2.2-d-cards",
-           method="4 servers x 8 cards")(lambda: tutorial_deployment()["servers"] // 2 * tutorial_deployment()["cards_per_server"])
+           method="4 servers x 8 cards")(
+    lambda: tutorial_deployment()["servers"] // 2 * tutorial_deployment()["cards_per_server"])
 recomputes("v4-2.1-p-ep-groups", "v4-2.2-p-ep-groups", "v4-2.3-p-instances", "v4-4.4-p-ep-groups",
            method=f"published deployment {DEP}: prefill instances")(_dep_field("prefill_instances"))
 recomputes("v4-2.1-d-ep-groups", "v4-2.2-d-ep-groups", "v4-2.3-d-ep-groups", "v4-2.3-d-instances",

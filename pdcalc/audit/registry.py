@@ -2,10 +2,10 @@
 register, and the verdict rules.
 
 The audit modules (:mod:`pdcalc.audit`) import this module to register recomputations with
-:func:`recomputes` and to read printed values; :mod:`pdcalc.claims`, the public view, loads the audit
+:func:`recomputes` and to read printed values; :mod:`pdcalc.audit.claims`, the public view, loads the audit
 modules and evaluates every claim with :func:`evaluate`. Nothing here imports the audit modules, so the
 dependency runs one way: claims -> audit -> registry. The verdict rules are documented in
-:mod:`pdcalc.claims`.
+:mod:`pdcalc.audit.claims`.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def _evaluate(raw: dict, article: str, groups: dict[str, list[str]] | None = Non
 
 def evaluate(article: str | None = None) -> list[Claim]:
     """The claims of ``article`` (``"v4"``, ``"v3"``; ``None``: both) judged against the recomputations
-    registered so far (:func:`pdcalc.claims.claims` registers every one first).
+    registered so far (:func:`pdcalc.audit.claims.claims` registers every one first).
 
     A claim marked ``same_as`` another (the same quantity printed again with the same value), or named by
     one, is judged by its quantity's recomputation when it has none of its own, so that one quantity

@@ -97,7 +97,7 @@ recomputes("v3-2.3.2-kv-total-80", method="article: 80 x 0.143 GiB")(
     lambda: P("v3-2.3.2-concurrency") * P("v3-2.3.2-kv-mla-per-user"))
 def kv_floor_gib() -> float:
     """The least a KV cache can hold for §2.3.2's 80 users of 2,048 tokens, GiB: the cached tokens' own MLA
-    latent and RoPE key in BF16 (:func:`pdcalc.kv_cache.mla_bytes_per_token`). A paged cache allocates whole
+    latent and RoPE key in BF16 (:func:`pdcalc.model.kv_cache.mla_bytes_per_token`). A paged cache allocates whole
     blocks: it can add bytes to this, never remove them."""
     return P("v3-2.3.2-concurrency") * P("v3-2.3.1-context-length") * mla_bytes_per_token(V3) / GiB
 

@@ -15,14 +15,8 @@ from pdcalc.audit.v3_article import SECTIONS
 from pdcalc.audit.v3_common import MS, PCT, TFLOPS, V3, P, v3_config
 from pdcalc.audit.v3_kv import article_mla_kv_bytes_per_token, article_trad_kv_bytes_per_token, tokens_128k
 from pdcalc.audit.v3_memory import CARD_TERMS, per_card_all_weights_gib
-from pdcalc.audit.v3_tp import (
-    ar_payload_bytes,
-    article_throughput,
-    comm_share,
-    full_weight_gib,
-    layer_compute_ms,
-    matched_comm_share,
-)
+from pdcalc.audit.v3_tp import (ar_payload_bytes, article_throughput, comm_share, full_weight_gib, layer_compute_ms,
+                                matched_comm_share)
 from pdcalc.core.units import BYTE_UNITS, GB, MB, GiB, MiB, TiB, dtype_bytes
 from pdcalc.hardware.cards import get_card
 from pdcalc.model.kv_cache import mla_bytes_per_token
@@ -238,7 +232,7 @@ def tp_same_basis_table() -> pd.DataFrame:
 
 
 def tp_chart_rows() -> pd.DataFrame:
-    """Long rows ``tp, series, ms`` of :func:`tp_same_basis_table` for :func:`pdcalc.charts.tp_chart`."""
+    """Long rows ``tp, series, ms`` of :func:`tp_same_basis_table` for :func:`pdcalc.book.charts.tp_chart`."""
     b, s = P("v3-2.2.2-batch-size"), P("v3-2.2.2-seq-len")
     n = b * s
     rows = []

@@ -1,7 +1,7 @@
 """The audit of the articles' numbers as a chapter shows it: errata first, by severity, coloured, each row
 anchored; repeats linking to the page that judged them first; matches and inputs folded.
 
-Built on :mod:`pdcalc.claims` (the registry and its verdicts) and :mod:`pdcalc.display` (tables).
+Built on :mod:`pdcalc.audit.claims` (the registry and its verdicts) and :mod:`pdcalc.book.display` (tables).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ def tally(ids: list[str]) -> str:
 def audit(ids: list[str], *, page: str | None = None, csv_name: str | None = None):
     """A chapter's audit of the articles' numbers ``ids``, as a reader needs it:
 
-    - errata first, most severe first, then rounding slips, each row anchored (:func:`pdcalc.claims.anchor`)
+    - errata first, most severe first, then rounding slips, each row anchored (:func:`pdcalc.audit.claims.anchor`)
       so other pages can link to it, its verdict coloured, its explanation on a line of its own under it (so
       the table fits the column);
     - a number whose verdict another page gives first (``page`` is this chapter's, see
-      :func:`pdcalc.claims.homes`) points there instead of repeating the explanation;
+      :func:`pdcalc.audit.claims.homes`) points there instead of repeating the explanation;
     - the matches folded into a dropdown.
     """
     from IPython.display import HTML
@@ -66,7 +66,7 @@ def audit(ids: list[str], *, page: str | None = None, csv_name: str | None = Non
     return HTML("".join(out))
 
 
-#: The audit's columns: key in :func:`pdcalc.claims.audit_table` -> header.
+#: The audit's columns: key in :func:`pdcalc.audit.claims.audit_table` -> header.
 _AUDIT_COLUMNS = {"section": "§", "quantity": "quantity", "article": "article prints", "recomputed": "recomputed",
                   "verdict": "verdict"}
 
@@ -92,7 +92,7 @@ def _audit_table(rows: pd.DataFrame, csv_name: str) -> str:
 
 
 def inputs(sections: dict[str, tuple[str, ...]], *, csv_name: str = "inputs"):
-    """The numbers an article takes as given in ``sections`` (:func:`pdcalc.claims.inputs_table`), folded."""
+    """The numbers an article takes as given in ``sections`` (:func:`pdcalc.audit.claims.inputs_table`), folded."""
     from IPython.display import HTML
 
     df = claims.inputs_table(sections).reset_index().rename(columns={"section": "§"})

@@ -45,9 +45,9 @@ CLASS_I_LABEL, CLASS_II_LABEL = "class I (EP-split)", "class II (replicated)"
 
 
 def altair():
-    """The ``altair`` module, with chart data rounded to :data:`pdcalc.precision.SIG` figures.
+    """The ``altair`` module, with chart data rounded to :data:`pdcalc.core.precision.SIG` figures.
 
-    Every DataFrame handed to a chart passes through :func:`pdcalc.precision.tidy` before Altair
+    Every DataFrame handed to a chart passes through :func:`pdcalc.core.precision.tidy` before Altair
     serialises it into the chart spec, so the committed spec (and the hashed name of its dataset) is
     the same on every machine. The transformer wraps the one that was active, and stays enabled in
     the process (a chapter's own charts are rounded too).
@@ -159,7 +159,7 @@ def parameters_frame(models: dict[str, str]) -> pd.DataFrame:
 
     Class I is what the EP group splits: the tensors the inventory shards over ``ep`` (the routed experts
     of the official models, the experts as printed of the V3 article, whatever the category is called)
-    and the categories of :data:`pdcalc.report.CLASS_I`. Everything else is class II (replicated).
+    and the categories of :data:`pdcalc.book.report.CLASS_I`. Everything else is class II (replicated).
     """
     rows = []
     for label, model in models.items():
@@ -442,7 +442,7 @@ def _server_band(alt, rows: pd.DataFrame, card, field: str = "tp"):
 def per_layer_chart(rows: pd.DataFrame, title: str, *, card=None):
     """Per-layer time by part for each TP degree, one panel per phase; ``rows``: ``phase, tp, part, ms``.
 
-    ``card`` (a :class:`pdcalc.hardware.Card` or a preset name): shade the TP degrees above its
+    ``card`` (a :class:`pdcalc.hardware.cards.Card` or a preset name): shade the TP degrees above its
     ``cards_per_node``, where a TP group spans servers and its all-reduce leaves the in-server links.
     """
     alt = altair()
@@ -604,7 +604,7 @@ def tp_chart(rows: pd.DataFrame, title: str, *, card=None):
     ``rows``: ``tp, series, ms`` (log scale: the series span four orders of magnitude; the bars start at the
     power of ten below the smallest value). Bars of one colour pair cover the same tokens.
 
-    ``card`` (a :class:`pdcalc.hardware.Card` or a preset name): shade the TP degrees above its
+    ``card`` (a :class:`pdcalc.hardware.cards.Card` or a preset name): shade the TP degrees above its
     ``cards_per_node``, where a TP group spans servers.
     """
     alt = altair()
@@ -627,12 +627,12 @@ def tp_chart(rows: pd.DataFrame, title: str, *, card=None):
 
 def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] | None = None):
     """Predicted / measured per measurement on a log scale: a point at the prediction, a bar over the range
-    of candidates, a shaded band around 1 (``band``; default :data:`pdcalc.validation.CHART_BAND`), one colour
+    of candidates, a shaded band around 1 (``band``; default :data:`pdcalc.reality.bands.CHART_BAND`), one colour
     per quantity. Throughput rows also show the roofline with flat efficiencies (``ratio_before``) as an
     open diamond joined to the published-cost prediction by a dotted line: before and after. ``df``:
-    :func:`pdcalc.validation.table`.
+    :func:`pdcalc.reality.validation.table`.
 
-    As wide as the book's column (:data:`pdcalc.charts.CHART_WIDTH`, the measurement ids included)."""
+    As wide as the book's column (:data:`pdcalc.book.charts.CHART_WIDTH`, the measurement ids included)."""
     from pdcalc.reality.bands import CHART_BAND, GROUPS
 
     alt = altair()
@@ -680,7 +680,7 @@ _FRONTIER_MODES = {"disaggregated": ("#1b7837", "circle", "disaggregated (P/D sp
 
 
 def frontier_chart(rows: pd.DataFrame, target_tpot_s: float | None, title: str):
-    """The throughput-latency frontier (:func:`pdcalc.plan.frontier`): output tokens/s per card against
+    """The throughput-latency frontier (:func:`pdcalc.plan.frontier_search.frontier`): output tokens/s per card against
     TPOT (log axis, ms), one line per mode through its point at each concurrency (the best option within
     every target, or past the last concurrency where one is, the best whatever its TPOT), in order of
     concurrency; a point is filled where it meets every target and hollow where it does not; the TPOT target

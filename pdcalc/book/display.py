@@ -4,7 +4,7 @@
 
 - **no truncation**: every row and column is written (pandas' display limits do not apply);
 - **numbers that read well**: integers with thousands separators; floats rounded by the precision
-  policy (:mod:`pdcalc.precision`, :data:`~pdcalc.precision.SIG` significant figures by default) and
+  policy (:mod:`pdcalc.core.precision`, :data:`~pdcalc.core.precision.SIG` significant figures by default) and
   printed with the decimals the column needs, thousands separators included, never in ``e+07``
   notation; whole-number floats as integers; missing values as an empty cell; booleans as yes/no;
 - **no index** unless it means something (``index=True``, or a named index the caller keeps);

@@ -25,7 +25,7 @@ def html(article: str) -> str:
 
 
 def answer_html(rec) -> str:
-    """The recommendation for an article's setting (:func:`pdcalc.recommend.article_cases`), as a paragraph that
+    """The recommendation for an article's setting (:func:`pdcalc.audit.answers.article_cases`), as a paragraph that
     links to the "what to run" chapter."""
     text, trade = rec.headline(), rec.trade_off()
     if rec.published_issue:  # said once, in the headline

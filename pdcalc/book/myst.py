@@ -169,8 +169,11 @@ class MystMarkdown:
         source = _DOLLAR_LABEL.sub(lambda m: self._math(m.group("body"), m.group("label")), source)
         source = _ROLE.sub(self._role, source)
         source = _TARGET.sub("", source)
-        source = _MD_IMAGE.sub(lambda m: m.group(0).replace(m.group("src"), embedded(self.folder, m.group("src"))), source)
-        source = _HTML_IMAGE.sub(lambda m: m.group(0).replace(m.group("src"), embedded(self.folder, m.group("src"))), source)
+        def embed(m):
+            return m.group(0).replace(m.group("src"), embedded(self.folder, m.group("src")))
+
+        source = _MD_IMAGE.sub(embed, source)
+        source = _HTML_IMAGE.sub(embed, source)
         return _COMMENT.sub("", source)
 
     def _math(self, body: str, label: str | None) -> str:

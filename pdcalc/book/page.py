@@ -4,8 +4,8 @@
 MyST glue roles and directives with the run's glued values, admonitions and numbered equations
 (:class:`MystMarkdown`), the book's remove-* and hide-* cell tags; Altair charts drawn by an inlined
 vega bundle (:func:`vega_bundle`), math by an inlined MathJax (:func:`mathjax_script`), local images
-embedded. The page requests nothing. :func:`pdcalc.rerun.rerun` writes it after a re-run (``html=True``)
-and reads notebooks with this module's helpers; errors are :class:`~pdcalc.errors.RerunError`.
+embedded. The page requests nothing. :func:`pdcalc.book.rerun.rerun` writes it after a re-run (``html=True``)
+and reads notebooks with this module's helpers; errors are :class:`~pdcalc.core.errors.RerunError`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pdcalc.book.myst import MystMarkdown, glue_records, is_glue_record, text_of
 from pdcalc.core.errors import RerunError
 
 
-# ---- notebooks and errors (pdcalc.rerun reads its notebooks with these too) ------------------
+# ---- notebooks and errors (pdcalc.book.rerun reads its notebooks with these too) ------------------
 def need(module: str, package: str):
     """Import ``module`` or raise :class:`RerunError` naming the extra that installs ``package``."""
     import importlib

@@ -129,7 +129,7 @@ def page_frame(df: pd.DataFrame, *, transpose: bool = False) -> tuple[pd.DataFra
 
 
 def page_table(df: pd.DataFrame, *, transpose: bool = False, csv_name: str | None = None):
-    """A rebuilt table as a page shows it (:func:`pdcalc.display.table`): laid out by :func:`page_frame`
+    """A rebuilt table as a page shows it (:func:`pdcalc.book.display.table`): laid out by :func:`page_frame`
     to fit the column, numbers right-aligned as text so that each keeps the decimals it is printed with,
     verdicts coloured (an erratum with its severity), the caption from ``df.attrs`` (a reconstructed table
     says it is reconstructed, and from which sections) and a CSV of what is shown."""

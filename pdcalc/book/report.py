@@ -1,7 +1,7 @@
 """Tables the chapters show, built from the inventory and the quantization schemes.
 
 Chapters call these instead of re-deriving anything: every number in a table comes from
-:mod:`pdcalc.inventory` and :mod:`pdcalc.quant`.
+:mod:`pdcalc.model.inventory` and :mod:`pdcalc.model.quant`.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def placement_table(n_experts: int, ep: int, redundant: int = 0) -> pd.DataFrame
 
 
 def card_weights_table(columns: dict) -> pd.DataFrame:
-    """Per-category weight GB per card; ``columns`` maps a label to a :class:`~pdcalc.memory.CardWeights`."""
+    """Per-category weight GB per card; ``columns`` maps a label to a :class:`~pdcalc.layout.memory.CardWeights`."""
     df = pd.DataFrame({k: pd.Series(w.by_category) / 1e9 for k, w in columns.items()}).fillna(0.0)
     df = df.reindex([c for c in CATEGORIES if c in df.index])
     df.loc["total"] = df.sum()
@@ -164,8 +164,8 @@ def pd_memory_table(p_weights, d_weights, p_plan, d_plans: dict, unit: float = 1
     """The P vs D comparison of the V4 article's §6.4 (P vs D 显存占用对比表), rebuilt: weights by class,
     KV, activations, framework, totals for each D plan, in ``unit`` per card, with the P/D ratio.
 
-    ``p_weights``/``d_weights`` are :class:`~pdcalc.memory.CardWeights`; ``p_plan`` a
-    :class:`~pdcalc.memory.MemoryPlan`; ``d_plans`` maps a label (e.g. "scenario A") to a D plan.
+    ``p_weights``/``d_weights`` are :class:`~pdcalc.layout.memory.CardWeights`; ``p_plan`` a
+    :class:`~pdcalc.layout.memory.MemoryPlan`; ``d_plans`` maps a label (e.g. "scenario A") to a D plan.
     """
     first = next(iter(d_plans.values()))
     rows = {
@@ -197,7 +197,7 @@ SPLIT_COLUMNS = ("split", "output tokens/s per card", "cards", "TTFT (s)", "TPOT
 
 
 def _split_values(r) -> dict:
-    """One planner row (a row of :attr:`pdcalc.plan.Plan.candidates`) in the units a page shows, rounded as
+    """One planner row (a row of :attr:`pdcalc.plan.search.Plan.candidates`) in the units a page shows, rounded as
     shown: tokens/s to whole tokens, TTFT to 10 ms (s, 2 decimals), TPOT to 0.1 ms."""
     from pdcalc.core.precision import round_decimals
     from pdcalc.plan.labels import split_label
@@ -214,8 +214,8 @@ def _split_values(r) -> dict:
 
 def splits_table(rows: pd.DataFrame, n: int | None = None, *, names: list[str] | None = None,
                  columns: tuple[str, ...] = SPLIT_COLUMNS) -> pd.DataFrame:
-    """The first ``n`` planner rows (:attr:`pdcalc.plan.Plan.ranked`, ``candidates`` or rows of
-    :func:`pdcalc.plan.evaluate_split` stacked) with the ranking key first: the split as people write it,
+    """The first ``n`` planner rows (:attr:`pdcalc.plan.search.Plan.ranked`, ``candidates`` or rows of
+    :func:`pdcalc.plan.splits.evaluate_split` stacked) with the ranking key first: the split as people write it,
     output tokens/s per card, cards, TTFT (s), TPOT (ms), output tokens/s, the D side's KV capacity in
     sequences and the tightest constraint (for a split that does not run, the first that fails).
     ``names`` puts a first column ``plan`` naming each row; ``columns`` keeps those of
@@ -228,7 +228,7 @@ def splits_table(rows: pd.DataFrame, n: int | None = None, *, names: list[str] |
 
 
 def splits_display(df: pd.DataFrame, *, caption: str, csv_name: str):
-    """:func:`pdcalc.display.table` of a :func:`splits_table`, each split label kept on one line."""
+    """:func:`pdcalc.book.display.table` of a :func:`splits_table`, each split label kept on one line."""
     import html
 
     from pdcalc.book.display import table
@@ -278,9 +278,10 @@ _PART_NAMES = {"kv_cache": "KV cache", "overhead": "activations and framework"}
 
 
 def plan_card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "GiB") -> pd.DataFrame:
-    """Memory plans (:class:`pdcalc.memory.MemoryPlan`) side by side, one column per name of ``plans``:
+    """Memory plans (:class:`pdcalc.layout.memory.MemoryPlan`) side by side, one column per name of ``plans``:
     each part, the total, what the engine may use and what is left (negative: over budget), in
-    ``unit_name`` per card, two decimals. The verdict is each plan's :meth:`~pdcalc.memory.MemoryPlan.verdict`."""
+    ``unit_name`` per card, two decimals. The verdict is each plan's
+    :meth:`~pdcalc.layout.memory.MemoryPlan.verdict`."""
     from pdcalc.core.precision import round_decimals
 
     cols = {}
@@ -295,7 +296,7 @@ def plan_card_memory_table(plans: dict, unit: float = 2**30, unit_name: str = "G
 
 def weights_source(logs: dict) -> str:
     """Markdown: where each side's weights come from, ``logs`` mapping a side ("P", "D") to the
-    :class:`pdcalc.validation.LoggedWeights` that sizes it or ``None`` (pdcalc's tensor inventory).
+    :class:`pdcalc.reality.weights.LoggedWeights` that sizes it or ``None`` (pdcalc's tensor inventory).
     A log is named with its layout and linked to its source."""
     parts = []
     for side, log in logs.items():
@@ -311,7 +312,7 @@ def weights_source(logs: dict) -> str:
 def latency_targets(ttft_ms: float | None = None, tpot_ms: float | None = None) -> tuple:
     """The latency targets a planning page applies and a Markdown sentence saying where they come from:
     ``(ttft_s, tpot_s, sentence)``. ``None`` takes the published service level of
-    :func:`pdcalc.recommend.default_targets` (TPOT from the measurements registry, no TTFT target since
+    :func:`pdcalc.plan.workload.default_targets` (TPOT from the measurements registry, no TTFT target since
     none is published); a number is a target set by the reader (ms)."""
     from pdcalc.plan.workload import TPOT_SLO_ID, USER_SPEED_ID, default_targets
     from pdcalc.reality import measurements
@@ -385,7 +386,7 @@ def sig_text(values, sig: int = 4) -> list[str]:
 
 def sig_table(df: pd.DataFrame, *, caption: str | None = None, csv_name: str | None = None, sig: int = 4,
               index: bool = False):
-    """:func:`pdcalc.display.table` with every float column written value by value at ``sig``
+    """:func:`pdcalc.book.display.table` with every float column written value by value at ``sig``
     significant figures (:func:`sig_text`): for columns whose values span orders of magnitude."""
     from pdcalc.book.display import table
 
@@ -395,7 +396,7 @@ def sig_table(df: pd.DataFrame, *, caption: str | None = None, csv_name: str | N
 
 
 def fold(obj, summary: str):
-    """An HTML output (``IPython.display.HTML``, e.g. a :func:`pdcalc.display.table`) folded into a
+    """An HTML output (``IPython.display.HTML``, e.g. a :func:`pdcalc.book.display.table`) folded into a
     closed dropdown whose one-line ``summary`` says what it holds."""
     import html
 
@@ -406,7 +407,7 @@ def fold(obj, summary: str):
 
 
 def pretty_category(name: str) -> str:
-    """A category of :data:`pdcalc.inventory.CATEGORIES` as prose (``routed_experts`` -> ``routed experts``,
+    """A category of :data:`pdcalc.model.inventory.CATEGORIES` as prose (``routed_experts`` -> ``routed experts``,
     ``mhc`` -> ``mHC``, ``lm_head`` -> ``output head``)."""
     return {"mhc": "mHC", "lm_head": "output head", "mtp_proj": "MTP projections"}.get(name, name.replace("_", " "))
 
@@ -431,7 +432,7 @@ def placement_grid(n_experts: int, ep: int, redundant: int = 0, per_row: int = 8
 def cluster_summary(deployment: dict, model: str, scheme: str, *, mtp: bool = True) -> pd.DataFrame:
     """:func:`cluster_map` one row per server: its cards, instance, EP ranks, experts per card and the
     experts of each layer the server's cards hold together (``first ~ last``), and the weights per card in GiB, with the engine's log beside pdcalc's
-    prediction where the registry has one for that layout (:func:`pdcalc.validation.logged_weights`)."""
+    prediction where the registry has one for that layout (:func:`pdcalc.reality.weights.logged_weights`)."""
     from pdcalc.reality.weights import logged_weights
 
     m = cluster_map(deployment, model, scheme, mtp=mtp).reset_index()
@@ -457,8 +458,8 @@ def card_memory_table(cards: dict, *, unit: float = 2**30, unit_name: str = "GiB
     """Per card: weights by category, their total, the usable memory and what is left after the weights.
 
     ``cards`` maps a column label to ``(weights, budget)``: ``weights`` a
-    :class:`~pdcalc.memory.CardWeights` (every category shown) or a number of bytes (an engine's logged
-    total: only the total, usable and left rows), ``budget`` the :class:`~pdcalc.memory.Budget` of that
+    :class:`~pdcalc.layout.memory.CardWeights` (every category shown) or a number of bytes (an engine's logged
+    total: only the total, usable and left rows), ``budget`` the :class:`~pdcalc.layout.memory.Budget` of that
     card with those weights. Values in ``unit``.
     """
     cats = [c for c in CATEGORIES if any(not isinstance(w, (int, float)) and w.by_category.get(c)
@@ -546,7 +547,7 @@ def dp_sweep_table(side: str, sizes, *, model: str, quant: str, card, engine: st
 # ---------------------------------------------------------------------------------------------
 def linked_table(df: pd.DataFrame, *, caption: str, csv_name: str, links: dict | None = None,
                  nowrap: tuple = (), index: bool = False):
-    """:func:`pdcalc.display.table` whose cells in the columns of ``links`` link to a URL (``links`` maps a
+    """:func:`pdcalc.book.display.table` whose cells in the columns of ``links`` link to a URL (``links`` maps a
     column to one URL or ``None`` per row; the CSV keeps the text), and whose ``nowrap`` columns keep
     each cell on one line."""
     import html
@@ -572,7 +573,7 @@ def measurement_urls(ids) -> list:
 
 
 def published_runs_table(pub: pd.DataFrame) -> pd.DataFrame:
-    """:func:`pdcalc.throughput.compare_published` as a page shows it: the measurement, its phase and card,
+    """:func:`pdcalc.reality.published_runs.compare_published` as a page shows it: the measurement, its phase and card,
     predicted and measured output in tokens/s per card (whole tokens), their ratio (two decimals), what
     bounds the predicted step and the conditions each row assumes."""
     from pdcalc.core.precision import round_decimals
@@ -590,7 +591,7 @@ def published_runs_table(pub: pd.DataFrame) -> pd.DataFrame:
 # the validation chapter: predictions beside measurements, errata in brief
 # ---------------------------------------------------------------------------------------------
 def validation_display(shown: pd.DataFrame, *, caption: str, csv_name: str):
-    """:func:`pdcalc.validation.show` rows as a page shows them: a table that fits the column (the
+    """:func:`pdcalc.reality.validation.show` rows as a page shows them: a table that fits the column (the
     measurement linked to its source, the layout, measured, predicted, their ratio and the band it is
     held to) and, folded under it, each measurement's quote and locator."""
     from IPython.display import HTML
@@ -608,7 +609,7 @@ def validation_display(shown: pd.DataFrame, *, caption: str, csv_name: str):
 
 
 def candidates_brief(candidates: pd.DataFrame) -> pd.DataFrame:
-    """:func:`pdcalc.validation.candidates_table` with the columns a reader compares: measurement,
+    """:func:`pdcalc.reality.weights.candidates_table` with the columns a reader compares: measurement,
     candidate layout, predicted GiB, predicted / measured (three decimals), whether the source allows it
     and whether it is the one chosen."""
     from pdcalc.core.precision import round_decimals
@@ -621,7 +622,7 @@ def candidates_brief(candidates: pd.DataFrame) -> pd.DataFrame:
 
 
 def budgets_by_part(budgets: pd.DataFrame) -> pd.DataFrame:
-    """:func:`pdcalc.validation.kv_budget_table` turned to one row per part (GiB, two decimals; the
+    """:func:`pdcalc.reality.memory_checks.kv_budget_table` turned to one row per part (GiB, two decimals; the
     utilization as a fraction), one column per startup log."""
     from pdcalc.core.precision import round_decimals
 
@@ -631,7 +632,7 @@ def budgets_by_part(budgets: pd.DataFrame) -> pd.DataFrame:
 
 
 def articles_measured_gib(arts: pd.DataFrame) -> pd.DataFrame:
-    """:func:`pdcalc.validation.articles_vs_measurements` in GiB, the unit the engines report (what the
+    """:func:`pdcalc.audit.vs_measurements.articles_vs_measurements` in GiB, the unit the engines report (what the
     article prints kept as printed, in its own unit), ratios to two decimals."""
     from pdcalc.core.precision import round_decimals
 
@@ -646,9 +647,9 @@ def articles_measured_gib(arts: pd.DataFrame) -> pd.DataFrame:
 
 
 def errata_brief(page: str | None = None):
-    """The errata of :func:`pdcalc.errata.errata_table` in a table that fits the column: rank, severity
+    """The errata of :func:`pdcalc.audit.errata.errata_table` in a table that fits the column: rank, severity
     (coloured), where (article and section), the quantity linked to the row of the audit that judges it
-    (:func:`pdcalc.claims.pages`, :func:`pdcalc.claims.anchor`), what the article prints, what the
+    (:func:`pdcalc.audit.claims.pages`, :func:`pdcalc.audit.claims.anchor`), what the article prints, what the
     official model and engine give, and what it changes. ``page``: the page it is shown on (a link to a
     row of that page stays on it)."""
     import html

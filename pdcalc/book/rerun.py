@@ -5,12 +5,12 @@ each with a comment saying what it is. :func:`rerun` executes a *copy* of a chap
 the new values injected after that cell, in the chapter's own directory (``book/``, as Jupyter
 Book and nbval run it), and writes the executed copy to an output folder outside ``book/``. With
 ``html=True`` it also writes a standalone HTML page of the result, whose Altair charts and math draw
-offline (:func:`pdcalc.page.write_html`, nbconvert's ``HTMLExporter``). The committed chapters are only read.
+offline (:func:`pdcalc.book.page.write_html`, nbconvert's ``HTMLExporter``). The committed chapters are only read.
 
 Everything is checked before anything runs: the output folder (:func:`rerun`) and the parameters
 (:func:`validate`). The name must be one of the chapter's, the value must have the type of the
 default (a ``None`` default accepts ``None`` or what its validator allows), and every parameter is
-checked against pdcalc itself (:data:`VALIDATORS`, with the rules of :mod:`pdcalc.checks` that the
+checked against pdcalc itself (:data:`VALIDATORS`, with the rules of :mod:`pdcalc.core.checks` that the
 command line's flags follow): presets must exist, numbers be finite, fractions lie in (0, 1], an EP
 group must be able to hold the model's routed experts, and so on; then combinations
 (:data:`CROSS_CHECKS`): a card must have the peak FLOP/s a chapter's throughput needs for its
@@ -20,7 +20,7 @@ command line; :class:`ChapterFailed`, a cell that raised: exit status 1).
 
 Examples
 --------
->>> from pdcalc.rerun import rerun  # doctest: +SKIP
+>>> from pdcalc.book.rerun import rerun  # doctest: +SKIP
 >>> result = rerun("per_card", {"card": "ascend-910b4-32g", "d_ep": 16}, html=True)  # doctest: +SKIP
 >>> result.notebook_path, result.html_path  # doctest: +SKIP
 (PosixPath('pdcalc-runs/per_card.ipynb'), PosixPath('pdcalc-runs/per_card.html'))
@@ -190,7 +190,7 @@ def rerun(chapter: str | Path, params: dict[str, Any] | None = None, outdir: str
         Output folder, created if needed; never inside ``book/``. The executed copy is
         ``OUTDIR/<chapter>.ipynb`` (and ``OUTDIR/<chapter>.html``), replaced if present.
     html : bool
-        Also write a standalone HTML page (see :func:`pdcalc.page.write_html`).
+        Also write a standalone HTML page (see :func:`pdcalc.book.page.write_html`).
     timeout_s : int
         Seconds a single cell may run.
 

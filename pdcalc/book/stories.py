@@ -12,7 +12,7 @@ from pdcalc.model.inventory import get_inventory
 
 
 def _config(model):
-    """The :class:`~pdcalc.model.ModelConfig` of a preset name, a config.json path or a config."""
+    """The :class:`~pdcalc.model.config.ModelConfig` of a preset name, a config.json path or a config."""
     from pdcalc.model.config import load_config
 
     return model if hasattr(model, "model_type") else load_config(model)
@@ -34,7 +34,7 @@ def kv_cache_story(model, engine: str, *, article_upper_kb=None) -> str:
     cfg = _config(model)
     name = f"`{cfg.name}` ({cfg.model_type})"
     mtp = cfg.num_nextn_predict_layers
-    tail = (f"Every cache of every layer kind, as {engine} stores it page by page (see `pdcalc.kv_cache` "
+    tail = (f"Every cache of every layer kind, as {engine} stores it page by page (see `pdcalc.model.kv_layout` "
             "for the source of every entry size):")
     if cfg.model_type == "deepseek_v4":
         ratios = list(cfg.compress_ratios[:cfg.num_hidden_layers])
@@ -159,7 +159,8 @@ def family_table(models=None, *, context: int = 32768) -> pd.DataFrame:
     main model, activated per token, MTP module) and the KV cache per token of context at ``context`` tokens
     in each engine (KB, MTP layers included, averaged over the sequence: windows and states spread over it).
 
-    Source: the tensor inventories (:mod:`pdcalc.inventory`) and the engine layouts (:mod:`pdcalc.kv_cache`).
+    Source: the tensor inventories (:mod:`pdcalc.model.inventory`) and the engine layouts
+    (:mod:`pdcalc.model.kv_layout`).
     """
     from pdcalc.model.config import CONFIG_PRESETS, load_config
     from pdcalc.model.kv_cache import kv_bytes
@@ -216,7 +217,7 @@ def architecture_stories(model, *, quant: str, article_model: str, article_ii_pr
                "router, mHC weights, the output projections `wo_a` and `wo_b` and the compressors in floating point "
                "and quantizes the other linear layers to int8; vllm-ascend holds each int8 row's scale and offset in "
                "BF16 with an fp32 copy of the scale, and gives the MTP draft an embedding and a head of its own "
-               "(`pdcalc.quant`).")
+               "(`pdcalc.model.quant`).")
     else:
         how = f"The scheme `{quant}`: {sch.description}."
     mtp_part = (f" and the MTP module that speculative decoding loads adds {mtp_gb:.2f} GB, which the article leaves "
@@ -233,7 +234,7 @@ def architecture_stories(model, *, quant: str, article_model: str, article_ii_pr
 def kv_words(model) -> dict[str, str]:
     """The KV chapter's model-dependent phrases (markdown): what the slope and the fixed part of a sequence's
     cache are made of (``slope_what``, ``fixed_what``) and how the engines' layouts differ (``engines_differ``).
-    Source: :mod:`pdcalc.kv_cache` (the layouts and their sources)."""
+    Source: :mod:`pdcalc.model.kv_layout` (the layouts and their sources)."""
     cfg = _config(model)
     mtp = " and MTP" if cfg.num_nextn_predict_layers else ""
     if cfg.model_type == "deepseek_v4":

@@ -14,22 +14,15 @@ from typing import Any, Callable, NamedTuple
 
 from pdcalc.book.parameters import Parameter, ParameterError, chapter_name, chapter_parameters, resolve_chapter
 from pdcalc.core import checks
-from pdcalc.core.checks import (
-    BANDWIDTH_GB_S,
-    LATENCY_MS,
-    MAX_CARDS,
-    MAX_SEQUENCES,
-    MAX_TOKENS,
-    RATE_PER_S,
-    TOKENS_PER_S,
-)
+from pdcalc.core.checks import (BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S,
+                                TOKENS_PER_S)
 from pdcalc.core.errors import PdcalcError, UnknownNameError
 
 # ---------------------------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------------------------
 # Cards, tokens, sequences, rates, latencies and bandwidths are bounded as the command line bounds its
-# flags (pdcalc.checks); a few bounds are the chapters' own:
+# flags (pdcalc.core.checks); a few bounds are the chapters' own:
 MAX_BLOCK_TOKENS = 1 << 20       # a scheduler block
 MAX_NAME = 4096                  # a preset name or a file path (PATH_MAX)
 
@@ -38,7 +31,7 @@ _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str:
 
 
 def _show(value: Any) -> str:
-    """A short one-line rendering of ``value`` (huge integers summarised): :func:`pdcalc.checks.show`."""
+    """A short one-line rendering of ``value`` (huge integers summarised): :func:`pdcalc.core.checks.show`."""
     return checks.show(value)
 
 
@@ -51,7 +44,7 @@ def _fail(name: str, message: str) -> ParameterError:
 
 
 def _checked(check: Callable, label: str, value: Any, **bounds) -> Any:
-    """``check(label, value, **bounds)`` of :mod:`pdcalc.checks`, its InputError as a ParameterError."""
+    """``check(label, value, **bounds)`` of :mod:`pdcalc.core.checks`, its InputError as a ParameterError."""
     try:
         return check(label, value, **bounds)
     except checks.InputError as exc:
@@ -206,7 +199,7 @@ def _integer(low: int = 1, high: int | None = None) -> Callable:
     def check(name: str, value: Any, values: dict, params: dict) -> int:
         return _checked(checks.integer, _label(name), value, low=low, high=high)
 
-    check.__doc__ = f"An integer in {low}..{high} (:func:`pdcalc.checks.integer`)."
+    check.__doc__ = f"An integer in {low}..{high} (:func:`pdcalc.core.checks.integer`)."
     return check
 
 
@@ -216,17 +209,17 @@ def _number(bounds: tuple[float, float], *, unit: str = "") -> Callable:
     def check(name: str, value: Any, values: dict, params: dict) -> float:
         return _checked(checks.number, _label(name), value, low=low, high=high, unit=unit)
 
-    check.__doc__ = f"A finite number in {low:g}..{high:g} (:func:`pdcalc.checks.number`)."
+    check.__doc__ = f"A finite number in {low:g}..{high:g} (:func:`pdcalc.core.checks.number`)."
     return check
 
 
 def _fraction(name: str, value: Any, values: dict, params: dict) -> float:
-    """A share in (0, 1] (:func:`pdcalc.checks.fraction`)."""
+    """A share in (0, 1] (:func:`pdcalc.core.checks.fraction`)."""
     return _checked(checks.fraction, _label(name), value)
 
 
 def _boolean(name: str, value: Any, values: dict, params: dict) -> bool:
-    """``True`` or ``False`` (:func:`pdcalc.checks.boolean`)."""
+    """``True`` or ``False`` (:func:`pdcalc.core.checks.boolean`)."""
     return _checked(checks.boolean, _label(name), value)
 
 
@@ -271,7 +264,7 @@ def _check_ep(name: str, ep: int, values: dict) -> None:
 
 
 def _tp_problem(model: str, tp: int) -> str | None:
-    """Why ``model``'s attention cannot be split over ``tp`` cards (:func:`pdcalc.checks.tp_problem`)."""
+    """Why ``model``'s attention cannot be split over ``tp`` cards (:func:`pdcalc.core.checks.tp_problem`)."""
     from pdcalc.model.config import load_config
 
     cfg = load_config(model)
@@ -351,7 +344,7 @@ def _overhead(name: str, value: Any, values: dict, params: dict) -> dict | None:
 #: parameter and ``params`` the chapter's declarations, and returns the value to inject.
 #: A parameter without an entry gets only the type check. ``None`` is accepted without a check
 #: where the chapter's default is ``None`` (the chapter then uses its own value). Numbers follow
-#: :mod:`pdcalc.checks`, as the command line's flags do: finite, fractions in (0, 1], integers in bounds.
+#: :mod:`pdcalc.core.checks`, as the command line's flags do: finite, fractions in (0, 1], integers in bounds.
 VALIDATORS: dict[str, Callable[[str, Any, dict, dict], Any]] = {
     "model": _official_model,
     "v3_model": _official_model,
@@ -399,7 +392,7 @@ VALIDATORS: dict[str, Callable[[str, Any, dict, dict], Any]] = {
 
 # ---- combinations --------------------------------------------------------------------------
 def _throughput_flops(quant: str) -> dict[str, list[str]]:
-    """Peak FLOP/s dtypes :func:`pdcalc.throughput.step` reads from a card for ``quant``: dtype -> uses."""
+    """Peak FLOP/s dtypes :func:`pdcalc.perf.step.step` reads from a card for ``quant``: dtype -> uses."""
     from pdcalc.perf.inputs import COMPUTE_DTYPE
     from pdcalc.perf.step import step
 
@@ -413,7 +406,7 @@ def _throughput_flops(quant: str) -> dict[str, list[str]]:
 
 
 def _prefill_flops(quant: str | None) -> dict[str, list[str]]:
-    """Peak FLOP/s dtypes :func:`pdcalc.flops.prefill_compute_seconds` reads with its default dtypes."""
+    """Peak FLOP/s dtypes :func:`pdcalc.perf.flops.prefill_compute_seconds` reads with its default dtypes."""
     from pdcalc.perf.flops import prefill_compute_seconds
 
     sig = inspect.signature(prefill_compute_seconds).parameters
@@ -439,13 +432,13 @@ class ComputeNeed(NamedTuple):
 #: Chapters that compute throughput or prefill time, by chapter name: the card must define the peak
 #: FLOP/s these computations read (``Card.flops(dtype)`` raises otherwise, after the chapter started).
 COMPUTE_NEEDS: dict[str, tuple[ComputeNeed, ...]] = {
-    "plan": (ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.throughput.step)"),),
+    "plan": (ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.perf.step.step)"),),
     "v3_throughput": (
-        ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.throughput.step)"),
+        ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.perf.step.step)"),
         ComputeNeed("other_card", "other_quant", _throughput_flops,
-                    "the second card's steps (pdcalc.throughput.step)")),
+                    "the second card's steps (pdcalc.perf.step.step)")),
     "transfer": (ComputeNeed("card", None, _prefill_flops,
-                             "the prefill compute time (pdcalc.flops.prefill_compute_seconds)"),),
+                             "the prefill compute time (pdcalc.perf.flops.prefill_compute_seconds)"),),
     "v3_article": (ComputeNeed("card", None, _fp16_flops, "its targets table"),),
 }
 

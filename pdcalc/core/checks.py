@@ -1,6 +1,6 @@
 """Checks of values a user gives: command-line flags, chapter parameters, file fields.
 
-One set of checks serves the command line (:mod:`pdcalc.cli`), chapter re-runs (:mod:`pdcalc.rerun`)
+One set of checks serves the command line (:mod:`pdcalc.cli`), chapter re-runs (:mod:`pdcalc.book.rerun`)
 and the package's own constructors, so that a value is accepted or refused the same way everywhere.
 Each check takes the name the user knows the value by (``--tp``, ``hidden_size``, ``cards``), returns
 the value in its canonical Python type and raises :class:`InputError` with one line that names it and

@@ -28,7 +28,7 @@ public log gives it. ``hbm_marketed_bytes`` is the datasheet's figure ("141 GB")
 Family, sources, assumptions
 ----------------------------
 ``family`` is required: ``"ascend"`` or ``"nvidia"`` (:data:`FAMILIES`); it picks the default KV-cache
-engine (:func:`pdcalc.kv_cache.default_engine`). A missing or unknown family is a one-line error naming
+engine (:func:`pdcalc.model.kv_layout.default_engine`). A missing or unknown family is a one-line error naming
 the field and the allowed values.
 
 ``sources`` maps each figure (:meth:`Card.figures`: ``hbm_bytes``, ``flops_per_s.int8``, ...) to the

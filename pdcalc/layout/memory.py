@@ -52,9 +52,9 @@ def tensor_card_bytes(t, scheme, *, experts_per_card: int, tp: int, experts_tp_s
 
 
 def check_tp(inv, tp) -> int:
-    """``tp`` as a TP degree the model's attention can be split by (:func:`pdcalc.checks.tp_problem`).
+    """``tp`` as a TP degree the model's attention can be split by (:func:`pdcalc.core.checks.tp_problem`).
 
-    The same rule as :func:`pdcalc.throughput.step`: TP splits attention by head (and DeepSeek-V4's grouped
+    The same rule as :func:`pdcalc.perf.step.step`: TP splits attention by head (and DeepSeek-V4's grouped
     output projection by group, its indexer by head), so it must divide each of them. An inventory without
     a config (an article's own architecture) is checked only for ``tp >= 1``.
     """
@@ -76,7 +76,7 @@ def card_weights(model, scheme: str = "w8a8", *, ep: int | None = 1, tp: int = 1
     """Weight bytes on one card of an EP group of ``ep`` cards with TP degree ``tp``.
 
     ``ep=None``: no expert parallelism; every card of a TP group holds ``1/tp`` of every routed expert (as
-    :func:`pdcalc.throughput.step` with ``ep=None``). ``tp`` must split the attention heads
+    :func:`pdcalc.perf.step.step` with ``ep=None``). ``tp`` must split the attention heads
     (:func:`check_tp`).
     """
     inv, sch = get_inventory(model), get_scheme(scheme)
@@ -196,7 +196,7 @@ def memory_plan(label: str, *, usable_bytes: float, capacity_bytes: float, **par
 
     .. math:: M_\\text{free} = M_\\text{usable} - \\sum_i M_i
 
-    Raises :class:`~pdcalc.errors.LayoutError` for a negative part or a non-positive capacity.
+    Raises :class:`~pdcalc.core.errors.LayoutError` for a negative part or a non-positive capacity.
     """
     if not capacity_bytes > 0 or not usable_bytes > 0:
         raise LayoutError(f"{label}: usable and capacity bytes must be positive")
@@ -226,7 +226,7 @@ def ep_sweep(model, scheme: str, card, sizes, *, tp: int = 1, mtp: bool = True, 
     """Per-card weights and the room left for KV cache for each EP group size in ``sizes``.
 
     Returns a DataFrame ``ep, experts_per_card, weights_bytes, usable_bytes, kv_room_bytes, fits`` (one
-    row per size; sizes that cannot hold the experts raise :class:`~pdcalc.errors.LayoutError`).
+    row per size; sizes that cannot hold the experts raise :class:`~pdcalc.core.errors.LayoutError`).
 
     .. math:: M_\\text{KV}(N) = u\\,M - W(N) - A - F
     """

@@ -14,7 +14,7 @@ of the model type (:data:`TYPE_DEFAULTS`).
 
 Every field has a JSON type and a range (:data:`LIMITS`): integers are integers (a whole-number float
 such as ``7168.0`` is stored as the ``int`` 7168, ``7168.5`` is refused), booleans are ``true`` or
-``false`` (not the string ``"false"``), and a bad value is a :class:`~pdcalc.errors.ConfigError` naming
+``false`` (not the string ``"false"``), and a bad value is a :class:`~pdcalc.core.errors.ConfigError` naming
 the file, the field and what is allowed.
 """
 
@@ -77,7 +77,7 @@ CONFIG_PRESETS: dict[str, dict[str, str]] = {
     "deepseek-v2": {
         "file": "deepseek_v2_inference_config_236B.json",
         "source": "deepseek-ai/DeepSeek-V3@9b4e9788 inference/configs/config_236B.json (DeepSeek's inference config "
-                  "of DeepSeek-V2, byte-exact; read by pdcalc.model.from_inference_config)",
+                  "of DeepSeek-V2, byte-exact; read by pdcalc.model.config.from_inference_config)",
     },
     "deepseek-v2-lite": {
         "file": "deepseek_v2_lite_config.json",
@@ -94,7 +94,7 @@ CONFIG_PRESETS: dict[str, dict[str, str]] = {
 
 
 #: The articles' own simplified architectures (tensor tables in ``pdcalc/data/models``, built by
-#: :mod:`pdcalc.inventory`). Listed here so that an unknown model name can list every known one.
+#: :mod:`pdcalc.model.inventory`). Listed here so that an unknown model name can list every known one.
 ARTICLE_PRESETS: dict[str, str] = {
     "deepseek-v4-flash-article": "deepseek_v4_flash_article.toml",
     "deepseek-v3-article": "deepseek_v3_article.toml",
@@ -110,7 +110,7 @@ MODEL_NAMES: tuple[str, ...] = tuple(CONFIG_PRESETS) + tuple(ARTICLE_PRESETS)
 #: message instead of a silently absurd result, a MemoryError or an hour-long run: the inventory has
 #: one group of tensors per layer and the expert placement one entry per card, so layers and experts
 #: are bounded tightly; widths only enter products (exact Python integers) and are bounded loosely.
-#: The products themselves are bounded too: :func:`pdcalc.inventory.build_inventory` refuses a model of
+#: The products themselves are bounded too: :func:`pdcalc.model.inventory.build_inventory` refuses a model of
 #: more than 2**53 parameters (the released ones have about 2**40).
 #:
 #: ======================== =============== ======================================================
@@ -488,9 +488,9 @@ def load_config_file(path: str | Path, *, name: str | None = None, source: str |
     """Read a Hugging Face ``config.json`` of a supported model type.
 
     The file may be UTF-8, UTF-16 or UTF-32 (what :func:`json.loads` detects); anything else, a file that
-    cannot be read (see :func:`pdcalc.errors.read_user_file`) or JSON that Python cannot hold (a number of
+    cannot be read (see :func:`pdcalc.core.errors.read_user_file`) or JSON that Python cannot hold (a number of
     more than 4,300 digits, nesting deeper than the interpreter's recursion limit) is a
-    :class:`~pdcalc.errors.ConfigError` naming the file.
+    :class:`~pdcalc.core.errors.ConfigError` naming the file.
     """
     path = Path(path)
     src = source or str(path)
@@ -521,7 +521,7 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     """A :class:`ModelConfig` from a preset name (``deepseek-v3``, ``deepseek-v4-flash``) or a path.
 
     An empty name, or a name that is neither a preset nor an existing path (nor has the suffix ``.json``
-    or contains ``/``), is an :class:`~pdcalc.errors.UnknownNameError` listing :data:`MODEL_NAMES`.
+    or contains ``/``), is an :class:`~pdcalc.core.errors.UnknownNameError` listing :data:`MODEL_NAMES`.
     """
     key = str(name_or_path)
     if key in CONFIG_PRESETS:

@@ -4,7 +4,7 @@ Each row is one tensor (or ``count`` identical tensors, e.g. the 256 routed expe
 its name as in DeepSeek's reference ``inference/model.py``, the layer it belongs to, the module and the
 reporting category, the logical shape ``[out, in]``, whether the main model or the MTP module owns it,
 and which parallel dimension shards it (``replicated``, ``ep`` for expert parallelism, ``tp`` for tensor
-parallelism). Counts, checkpoint bytes (:mod:`pdcalc.quant`) and per-card placement all derive from it.
+parallelism). Counts, checkpoint bytes (:mod:`pdcalc.model.quant`) and per-card placement all derive from it.
 
 Sources
 -------
@@ -414,9 +414,9 @@ def _cached_preset(name: str) -> Inventory:
 
 
 def build_inventory(cfg: ModelConfig) -> Inventory:
-    """The tensor inventory of a :class:`~pdcalc.model.ModelConfig`.
+    """The tensor inventory of a :class:`~pdcalc.model.config.ModelConfig`.
 
-    A config describing more than :data:`MAX_PARAMS` parameters is a :class:`~pdcalc.errors.ConfigError`
+    A config describing more than :data:`MAX_PARAMS` parameters is a :class:`~pdcalc.core.errors.ConfigError`
     naming the largest category and the fields that size it.
     """
     if cfg.mla:

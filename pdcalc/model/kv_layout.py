@@ -153,7 +153,7 @@ def default_engine(card: str | Path | Card) -> str:
     Parameters
     ----------
     card : str, Path or Card
-        Preset slug (``"h200"``), card TOML file, or :class:`pdcalc.hardware.Card`.
+        Preset slug (``"h200"``), card TOML file, or :class:`pdcalc.hardware.cards.Card`.
 
     Returns
     -------

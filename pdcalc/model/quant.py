@@ -70,7 +70,7 @@ class Scheme:
     source: str
     rules: tuple[Rule, ...]
     #: The MTP draft holds its own copies of the embedding and the output head (in ``vocab_dtype``) instead
-    #: of sharing the main model's; counted per card by :func:`pdcalc.memory.card_weights` when MTP is loaded.
+    #: of sharing the main model's; counted per card by :func:`pdcalc.layout.memory.card_weights` when MTP is loaded.
     mtp_vocab_copies: bool = False
     vocab_dtype: str = "bf16"
 

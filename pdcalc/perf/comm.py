@@ -20,8 +20,8 @@ from pdcalc.perf.shape import as_array, check_eff, check_int, check_phase, model
 DEFAULT_COMM_EFF = 0.7   # assumed share of the link bandwidth reached by all-reduce and all-to-all
 DEFAULT_ALLREDUCES_PER_LAYER = 2   # Megatron-LM TP: one after attention, one after the FFN (Shoeybi et al. 2019)
 DEFAULT_ACT_BYTES = 2.0            # BF16 hidden states on the TP all-reduce
-DEFAULT_DISPATCH_BYTES = 1.0       # DeepEP dispatch: FP8 hidden state (as pdcalc.parallel.dispatch)
-DEFAULT_COMBINE_BYTES = 2.0        # DeepEP combine: BF16 expert output (as pdcalc.parallel.dispatch)
+DEFAULT_DISPATCH_BYTES = 1.0       # DeepEP dispatch: FP8 hidden state (as pdcalc.layout.parallel.dispatch)
+DEFAULT_COMBINE_BYTES = 2.0        # DeepEP combine: BF16 expert output (as pdcalc.layout.parallel.dispatch)
 
 
 # ------------------------------------------------------------------------------ communication
@@ -36,7 +36,7 @@ def tp_allreduce_per_layer(model, card, *, tokens, tp: int,
     """Bytes each card sends and seconds spent in the TP all-reduces of one layer for ``tokens`` tokens.
 
     The payload is the hidden state of every token the TP group processes; a ring all-reduce sends
-    ``2 (t - 1) / t`` of it per card (:func:`pdcalc.parallel.allreduce_bytes`). ``tokens`` must be the
+    ``2 (t - 1) / t`` of it per card (:func:`pdcalc.layout.parallel.allreduce_bytes`). ``tokens`` must be the
     same tokens as the compute it is compared with (one decode step: one per sequence):
 
     .. math::
@@ -95,7 +95,7 @@ def ep_alltoall_per_layer(model, card, *, tokens_per_card, ep: int,
     """Bytes each card sends and seconds spent in one MoE layer's dispatch + combine.
 
     Each token goes once to every remote card holding one of its experts (deduplicated per card, as
-    DeepEP): :func:`pdcalc.parallel.expected_remote_cards` cards on average. Of the ``ep - 1`` remote
+    DeepEP): :func:`pdcalc.layout.parallel.expected_remote_cards` cards on average. Of the ``ep - 1`` remote
     cards, ``min(ep, n_node) - 1`` share the node and use its fabric, the rest the scale-out network;
     the slower of the two sets the time:
 
@@ -294,7 +294,7 @@ def ep_message_seconds(card, *, mode: str, operation: str, ep: int, tokens_per_c
 # --------------------------------------------------------------------- all-reduce
 @cache
 def allreduce_fit():
-    """The alpha-beta fit of NCCL all-reduce on 8 H100 (:func:`pdcalc.costs.allreduce_alpha_beta`), with
+    """The alpha-beta fit of NCCL all-reduce on 8 H100 (:func:`pdcalc.perf.costs.allreduce_alpha_beta`), with
     the points whose time exceeds that of a larger message left out (the source's own outlier)."""
     costs = cost_tables()
     pts = sorted((p for p in costs.allreduce("h100", "intranode") if p.time_s is not None),

@@ -59,20 +59,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pdcalc.core.errors import ConfigError, UnknownNameError, load_toml
-from pdcalc.perf.cost_points import (
-    DEFAULT_SOURCE,
-    POINT_CLASSES,
-    AllreducePoint,
-    Costs,
-    DispatchPoint,
-    Gap,
-    GemmPoint,
-    ImbalancePoint,
-    MlaPoint,
-    MtpPoint,
-    OverheadPoint,
-    OverlapPoint,
-)
+from pdcalc.perf.cost_points import (DEFAULT_SOURCE, POINT_CLASSES, AllreducePoint, Costs, DispatchPoint, Gap,
+                                     GemmPoint, ImbalancePoint, MlaPoint, MtpPoint, OverheadPoint, OverlapPoint)
 
 #: Unit suffixes of printed keys: (printed suffix, SI suffix, factor to SI).
 UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (

@@ -25,7 +25,7 @@ so any prompt length costs the same. Small terms are left out: the compressors' 
 mHC mixing (``hc_mult`` x ``hidden_size`` per token) and the softmaxes.
 
 :func:`hybrid_attention_flops` is the one implementation of the attention terms; the step model
-(:mod:`pdcalc.throughput`) uses it for one decode query and for prefill.
+(:mod:`pdcalc.perf.step`) uses it for one decode query and for prefill.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def prefill_flops(model: str | Path | ModelConfig, prompt_tokens, *, include_att
     Returns a dict of float or arrays: ``matmul`` (2 x activated parameters x tokens), ``attention``
     (window, compressed and selected keys), ``indexer`` (scoring the ratio-4 entries) and ``total``.
 
-    Source: module docstring; activated parameters from :meth:`pdcalc.inventory.Inventory.activated`;
+    Source: module docstring; activated parameters from :meth:`pdcalc.model.inventory.Inventory.activated`;
     attention from :func:`hybrid_attention_flops`.
     """
     cfg = model if isinstance(model, ModelConfig) else load_config(model)
@@ -162,7 +162,7 @@ def prefill_compute_seconds(model, card, prompt_tokens, *, mfu: float, matmul_dt
 
     .. math:: t_p = \\frac{F_\\text{matmul}}{\\mu P_\\text{matmul}} + \\frac{F_\\text{attn} + F_\\text{indexer}}{\\mu P_\\text{attn}}
 
-    Source: :func:`prefill_flops`; peaks from :func:`pdcalc.hardware.get_card`.
+    Source: :func:`prefill_flops`; peaks from :func:`pdcalc.hardware.cards.get_card`.
     """
     from pdcalc.hardware.cards import get_card
 
@@ -204,7 +204,7 @@ def attention_flops_per_token(model, context, *, phase: str = "decode"):
 
     with ``b = 2h(2 d_c + d_R)`` and ``a = 2h(d_\\text{nope} + d_R + d_v)``.
 
-    DeepSeek-V4 (hybrid attention, :func:`pdcalc.flops.hybrid_attention_flops`): the query attends to
+    DeepSeek-V4 (hybrid attention, :func:`pdcalc.perf.flops.hybrid_attention_flops`): the query attends to
     ``k(L)`` keys of one shared 512-wide latent on every layer (window, selected or all compressed
     entries), and on ratio-4 layers the indexer scores all ``L / 4`` compressed entries. Decode counts
     the one query at position ``L``; prefill averages over the ``L`` queries of the prompt:
@@ -291,7 +291,7 @@ def flops_per_token(model, context, *, phase: str = "decode"):
        F_\\text{decode} = 2 N_\\text{act} + F_\\text{attn}(L), \\qquad
        F_\\text{prefill} = 2 (N_\\text{act} - N_\\text{head}) + \\frac{2 N_\\text{head}}{L} + F_\\text{attn}(L)
 
-    Source: the tensor inventory (:mod:`pdcalc.inventory`); :func:`attention_flops_per_token`.
+    Source: the tensor inventory (:mod:`pdcalc.model.inventory`); :func:`attention_flops_per_token`.
     """
     s = model_shape(model)
     attn = attention_flops_per_token(model, context, phase=phase)

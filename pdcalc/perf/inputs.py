@@ -14,26 +14,16 @@ from pdcalc.core.errors import LayoutError, UnknownNameError
 from pdcalc.hardware.cards import Card, get_card
 from pdcalc.layout.parallel import place_experts
 from pdcalc.model.quant import get_scheme
-from pdcalc.perf.comm import (
-    DEFAULT_ACT_BYTES,
-    DEFAULT_ALLREDUCES_PER_LAYER,
-    DEFAULT_COMBINE_BYTES,
-    DEFAULT_COMM_EFF,
-    DEFAULT_DISPATCH_BYTES,
-)
+from pdcalc.perf.comm import (DEFAULT_ACT_BYTES, DEFAULT_ALLREDUCES_PER_LAYER, DEFAULT_COMBINE_BYTES, DEFAULT_COMM_EFF,
+                              DEFAULT_DISPATCH_BYTES)
 from pdcalc.perf.schedule import DEFAULT_OVERLAP_MODEL, OVERLAP_MODELS
 from pdcalc.perf.shape import ModelShape, as_array, check_eff, check_int, check_phase, model_shape
 from pdcalc.perf.speculative import mtp_acceptance_default
-from pdcalc.perf.traffic import (
-    DEFAULT_KV_BYTES,
-    card_weights_cached,
-    kv_stored_bytes_per_sequence,
-    step_engine,
-    weight_bytes_per_card,
-)
+from pdcalc.perf.traffic import (DEFAULT_KV_BYTES, card_weights_cached, kv_stored_bytes_per_sequence, step_engine,
+                                 weight_bytes_per_card)
 
 #: Card peak used for the linear layers of each quantization scheme: the dtype the matmuls run in
-#: (W8A8 multiplies int8 by int8; FP8 checkpoints run FP8 GEMMs; pdcalc.quant for the schemes).
+#: (W8A8 multiplies int8 by int8; FP8 checkpoints run FP8 GEMMs; pdcalc.model.quant for the schemes).
 COMPUTE_DTYPE: dict[str, str] = {
     "bf16": "bf16",
     "fp16-all": "fp16",

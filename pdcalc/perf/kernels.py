@@ -13,7 +13,7 @@ import pandas as pd
 
 from pdcalc.hardware.cards import Card, get_card
 
-#: The card and dtype of the only published GEMM tables (DeepGEMM's README, :mod:`pdcalc.costs`).
+#: The card and dtype of the only published GEMM tables (DeepGEMM's README, :mod:`pdcalc.perf.costs`).
 GEMM_REFERENCE = ("h800", "fp8")
 #: Where a card has no published figure of a kind, the card its efficiency is carried from: the
 #: measured card of the same maker (``hardware.toml`` ``family``).

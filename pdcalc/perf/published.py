@@ -44,15 +44,8 @@ from pdcalc.model.quant import get_scheme
 from pdcalc.perf.comm import allreduce_fit, allreduce_seconds, ep_message_seconds, ranks_per_card
 from pdcalc.perf.flops import attention_flops_per_card
 from pdcalc.perf.inputs import StepInputs
-from pdcalc.perf.kernels import (
-    GEMM_REFERENCE,
-    CostSource,
-    attention_ceilings,
-    cost_tables,
-    gemm_bytes,
-    gemm_ceilings,
-    gemm_seconds,
-)
+from pdcalc.perf.kernels import (GEMM_REFERENCE, CostSource, attention_ceilings, cost_tables, gemm_bytes, gemm_ceilings,
+                                 gemm_seconds)
 from pdcalc.perf.routing import expected_experts_hit, imbalance_factor
 from pdcalc.perf.schedule import overhead_seconds, overlap_compute_slowdown
 from pdcalc.perf.shape import model_shape

@@ -9,7 +9,7 @@ from pdcalc.perf.kernels import cost_tables
 # --------------------------------------------------------------------- MTP, imbalance, overheads
 def mtp_acceptance_default() -> float:
     """Acceptance rate of one MTP draft token: the midpoint of the DeepSeek-V3 report's 85-90 %
-    (:func:`pdcalc.costs.mtp_acceptance`)."""
+    (:func:`pdcalc.perf.costs.mtp_acceptance`)."""
     p = cost_tables().mtp_acceptance("DeepSeek-V3")[0]
     return (p.acceptance_low_fraction + p.acceptance_high_fraction) / 2
 

@@ -1,7 +1,7 @@
 """Step time and throughput of a DeepSeek MoE model on a parallel layout: a roofline with communication.
 
 Two architectures: MLA + MoE (DeepSeek-V2, V3, Kimi-K2, and DeepSeek-V3.2 with the lightning indexer of
-DeepSeek Sparse Attention: :attr:`pdcalc.model.ModelConfig.mla`) and DeepSeek-V4 ("deepseek_v4": hybrid
+DeepSeek Sparse Attention: :attr:`pdcalc.model.config.ModelConfig.mla`) and DeepSeek-V4 ("deepseek_v4": hybrid
 sliding-window / compressed attention with an indexer, MoE with hash-routed first layers).
 
 One *step* is one forward pass of the whole deployment: in prefill a batch of prompts, in decode one
@@ -35,7 +35,7 @@ hash-routed first ``num_hash_layers`` layers pick their ``k`` experts by token i
 top-k routed layers (uniform over experts).
 
 KV cache: DeepSeek-V3 keeps one BF16 MLA latent per token and layer (dtype bytes: ``kv_bytes``).
-DeepSeek-V4 keeps, per layer kind, the caches of :func:`pdcalc.kv_cache.engine_layout` (``engine``):
+DeepSeek-V4 keeps, per layer kind, the caches of :func:`pdcalc.model.kv_layout.engine_layout` (``engine``):
 a sliding window of raw entries on every layer, compressed entries on ratio-4 and ratio-128 layers,
 indexer keys on ratio-4 layers, compressor states. A decode step reads only what the new token
 attends to (:func:`kv_read_bytes_per_sequence`).
@@ -76,14 +76,8 @@ from functools import cache
 import numpy as np
 
 from pdcalc.hardware.cards import get_card
-from pdcalc.perf.comm import (
-    DEFAULT_ACT_BYTES,
-    DEFAULT_ALLREDUCES_PER_LAYER,
-    DEFAULT_COMBINE_BYTES,
-    DEFAULT_COMM_EFF,
-    DEFAULT_DISPATCH_BYTES,
-    tp_allreduce_per_layer,
-)
+from pdcalc.perf.comm import (DEFAULT_ACT_BYTES, DEFAULT_ALLREDUCES_PER_LAYER, DEFAULT_COMBINE_BYTES, DEFAULT_COMM_EFF,
+                              DEFAULT_DISPATCH_BYTES, tp_allreduce_per_layer)
 from pdcalc.perf.inputs import DEFAULT_MBU, DEFAULT_MFU, StepInputs, held_bytes, resolve
 from pdcalc.perf.kernels import CostSource
 from pdcalc.perf.published import published_step
@@ -244,7 +238,7 @@ def beyond_kernels(phase: str, overlap_model: str | None = None) -> tuple[float,
     (every card and model: the share is carried); the per-step host overhead is not scaled. ``(1.0,
     None)`` where no step of the phase is recorded (decode). ``k`` is set by the profiled rate, which
     LMSYS reads from DeepSeek's profile in the post that also reports SGLang's prefill runs at the same
-    conditions: those runs are in sample (:mod:`pdcalc.validation` marks them).
+    conditions: those runs are in sample (:mod:`pdcalc.reality.validation` marks them).
     """
     p = profiled_steps().get(phase)
     if p is None:

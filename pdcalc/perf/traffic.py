@@ -18,7 +18,7 @@ from pdcalc.perf.routing import expected_experts_hit
 from pdcalc.perf.shape import ModelShape, as_array, check_phase, model_key, model_shape, scalar_or_array
 
 DEFAULT_KV_BYTES = 2.0             # BF16 latent + RoPE key cache (reference MLA.__init__)
-DEFAULT_V4_ENGINE = "vllm-ascend"  # engine whose KV layout a DeepSeek-V4 step reads (pdcalc.kv_cache)
+DEFAULT_V4_ENGINE = "vllm-ascend"  # engine whose KV layout a DeepSeek-V4 step reads (pdcalc.model.kv_layout)
 
 
 def kv_step_kwargs(model, engine: str, kv_cache_dtype: str | None = None) -> dict:
@@ -50,7 +50,7 @@ def weight_bytes_per_card(model, quant: str = "w8a8", *, tp: int = 1, ep: int | 
                           routed_tokens=None):
     """Weight bytes one card holds, or reads in one step when ``routed_tokens`` is given.
 
-    Non-expert tensors come from :func:`pdcalc.memory.card_weights` (replicated in full, TP-split ones
+    Non-expert tensors come from :func:`pdcalc.layout.memory.card_weights` (replicated in full, TP-split ones
     ``1/t``). Routed experts: the card's EP share (``ep``), or with ``ep=None`` ``1/t`` of every expert.
     In a step, a card reads its lookup tables only a row per token (left out) and of its experts only
     those the step's tokens hit (:func:`expected_experts_hit`), ``routed_tokens`` being the tokens routed
@@ -69,13 +69,13 @@ def weight_bytes_per_card(model, quant: str = "w8a8", *, tp: int = 1, ep: int | 
 
 
 def kv_bytes_per_token(model, kv_bytes: float = DEFAULT_KV_BYTES) -> float:
-    """MLA cache bytes of one token over all layers (:func:`pdcalc.kv_cache.mla_bytes_per_token`)."""
+    """MLA cache bytes of one token over all layers (:func:`pdcalc.model.kv_cache.mla_bytes_per_token`)."""
     return mla_bytes_per_token(model, dtype_bytes=kv_bytes)
 
 
 def index_key_bytes_per_token(model, engine: str | None = None) -> float:
     """DeepSeek-V3.2: lightning-indexer key bytes of one token over all layers (0 without an indexer), as
-    ``engine`` stores them (:func:`pdcalc.kv_cache.indexer_entry_bytes`; None: the reference code's, ``d_I``
+    ``engine`` stores them (:func:`pdcalc.model.kv_layout.indexer_entry_bytes`; None: the reference code's, ``d_I``
     FP8 values and one fp32 scale per 128 of them, as vLLM; vllm-ascend keeps BF16 keys)."""
     s = model_shape(model)
     return s.layers * indexer_entry_bytes(s.config, engine or "reference") if s.sparse else 0.0
@@ -153,7 +153,7 @@ def kv_read_bytes_per_sequence(model, context, *, phase: str = "decode", engine:
     .. math:: B_\\text{read}(L) = \\min(L, K)\\,b_\\text{KV} + L\\,b_I, \\qquad B_\\text{write}(L) = L\\,(b_\\text{KV} + b_I)
 
     DeepSeek-V4: the new token reads only what it attends to and what its indexer scores, with the entry
-    sizes ``e`` of ``engine``'s layout (:func:`pdcalc.kv_cache.engine_layout`; page padding is not
+    sizes ``e`` of ``engine``'s layout (:func:`pdcalc.model.kv_layout.engine_layout`; page padding is not
     read): on every layer the ``min(L, w)`` window entries, on a ratio-4 layer the ``min(L/4, K)``
     entries the indexer selects (``K`` = ``index_topk``) and all ``L/4`` indexer keys, on a ratio-128
     layer all ``L/128`` compressed entries. A prefill writes the entries the prompt leaves in the cache:
@@ -173,7 +173,7 @@ def kv_read_bytes_per_sequence(model, context, *, phase: str = "decode", engine:
     Source: deepseek-ai/DeepSeek-V4-Flash ``inference/model.py`` (60d8d707): ``get_window_topk_idxs``,
     ``Indexer.forward`` (scores ``kv_cache[:, :end_pos // ratio]``, keeps ``topk(min(index_topk, ...))``),
     ``get_compress_topk_idxs`` (all entries without an indexer), ``sparse_attn`` (gathers the selected
-    entries); entry bytes from :mod:`pdcalc.kv_cache`.
+    entries); entry bytes from :mod:`pdcalc.model.kv_layout`.
     """
     s, phase = model_shape(model), check_phase(phase)
     engine = step_engine(s, engine)
@@ -184,7 +184,8 @@ def kv_read_bytes_per_sequence(model, context, *, phase: str = "decode", engine:
         return scalar_or_array(np.minimum(n, s.index_topk) * kv_bytes_per_token(model, kv_bytes)
                     + n * index_key_bytes_per_token(model, engine), scalar)
     if not s.v4:
-        return scalar_or_array(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model, engine)), scalar)
+        per_token = kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model, engine)
+        return scalar_or_array(L * per_token, scalar)
     n = np.floor(L)
     out = np.zeros(n.shape)
     for k in v4_kv_kinds(model, engine):
@@ -204,18 +205,19 @@ def kv_stored_bytes_per_sequence(model, context, *, engine: str | None = None,
 
     DeepSeek-V3: ``L b_KV`` (:func:`kv_bytes_per_token`); V3.2 adds the index keys, ``L (b_KV + b_I)``. DeepSeek-V4: every cache of ``engine``'s
     layout, pages and padding included, MTP layer excluded, i.e.
-    ``pdcalc.kv_cache.kv_bytes(model, L, engine, include_mtp=False).total_bytes``:
+    ``pdcalc.model.kv_cache.kv_bytes(model, L, engine, include_mtp=False).total_bytes``:
 
     .. math:: B_\\text{stored}(L) = \\sum_\\text{layers} \\sum_\\text{caches} B_\\text{cache}(L)
 
-    Source: :func:`pdcalc.kv_cache.kv_bytes`.
+    Source: :func:`pdcalc.model.kv_cache.kv_bytes`.
     """
     s = model_shape(model)
     engine = step_engine(s, engine)
     L = as_array(context, "context", 1)
     scalar = np.ndim(context) == 0
     if not s.v4:
-        return scalar_or_array(L * (kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model, engine)), scalar)
+        per_token = kv_bytes_per_token(model, kv_bytes) + index_key_bytes_per_token(model, engine)
+        return scalar_or_array(L * per_token, scalar)
     n = np.floor(L).astype(np.int64)
     out = np.zeros(n.shape)
     for k in v4_kv_kinds(model, engine):

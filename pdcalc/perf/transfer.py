@@ -18,7 +18,7 @@ for ``n`` layers, transfer ``t_x = B / (eta R)`` and prefill ``t_p``: the last l
 waits; earlier layers hide behind the remaining compute if the link keeps up.
 
 Sources: ``pdcalc/data/transfer.toml`` (Mooncake's vLLM PD benchmark); the bytes of a request come
-from :func:`pdcalc.kv_cache.kv_bytes`.
+from :func:`pdcalc.model.kv_cache.kv_bytes`.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def request_bytes(model: str | Path | ModelConfig, prompt_tokens, engine: str = 
                   include_mtp: bool = True, block_size: int | None = None):
     """Bytes of one request's KV cache after prefill: what P sends to D (whole pages, all layer kinds).
 
-    Source: :func:`pdcalc.kv_cache.kv_bytes`.
+    Source: :func:`pdcalc.model.kv_cache.kv_bytes`.
     """
     return kv_bytes(model, prompt_tokens, engine, include_mtp=include_mtp, block_size=block_size).total_bytes
 

@@ -13,16 +13,8 @@ from pdcalc.core.checks import integer
 from pdcalc.plan.labels import option_label
 from pdcalc.plan.roles import DecodeTable, Layouts, Side, decode_table, fewest_p, layouts, transfer_s, usable_bytes
 from pdcalc.plan.splits import agg_arrays, agg_candidates, agg_table, binding_at, meets_targets, split_arrays
-from pdcalc.plan.workload import (
-    AGG_CONSTRAINTS,
-    CONSTRAINTS,
-    MAX_FRONTIER_POINTS,
-    MODES,
-    Setup,
-    Targets,
-    Workload,
-    resolve_targets,
-)
+from pdcalc.plan.workload import (AGG_CONSTRAINTS, CONSTRAINTS, MAX_FRONTIER_POINTS, MODES, Setup, Targets, Workload,
+                                  resolve_targets)
 
 # ------------------------------------------------------------------------------------------ frontier
 #: Columns of :func:`frontier`.
@@ -171,7 +163,8 @@ def frontier(setup: Setup, work: Workload, *, targets: Targets | None = None, la
             cols0, slack0 = agg_arrays(setup, w0, lay.a, tab, ca)
             cols_t, slack_t = agg_arrays(setup, w, lay.a, tab, ca)
             ok_t = meets_targets(slack_t, AGG_CONSTRAINTS, len(ca["a"]))
-            i0 = _argbest(cols0["tokens_per_s_per_card"], cols0["ttft_s"], meets_targets(slack0, AGG_CONSTRAINTS, len(ca["a"])))
+            ok_0 = meets_targets(slack0, AGG_CONSTRAINTS, len(ca["a"]))
+            i0 = _argbest(cols0["tokens_per_s_per_card"], cols0["ttft_s"], ok_0)
             it = _argbest(cols_t["tokens_per_s_per_card"], cols_t["ttft_s"], ok_t)
             if it is not None:
                 point, meets, binding = (cols_t, it), True, binding_at(slack_t, AGG_CONSTRAINTS, it)

@@ -61,7 +61,7 @@ def split_label(row) -> str:
 def card_plans(setup: Setup, work: Workload, row) -> tuple:
     """Memory of one P card and one D card of a candidate (a row of :attr:`Plan.candidates`): weights,
     KV cache in use (one prompt per P rank; the D instance's share of the sequences per D rank) and the
-    overhead, as :class:`pdcalc.memory.MemoryPlan` objects."""
+    overhead, as :class:`pdcalc.layout.memory.MemoryPlan` objects."""
     from pdcalc.layout.memory import memory_plan
 
     c = get_card(setup.card)
@@ -100,7 +100,7 @@ def option_label(row, mode: str) -> str:
 def aggregated_card_plan(setup: Setup, work: Workload, row):
     """Memory of one card of a co-located option (a row of :attr:`Plan.aggregated`): weights, the KV cache
     of its rank's sequences of ``prompt + output`` tokens plus the prompt being prefilled, and the larger
-    of the P and D overheads, as a :class:`pdcalc.memory.MemoryPlan`."""
+    of the P and D overheads, as a :class:`pdcalc.layout.memory.MemoryPlan`."""
     from pdcalc.layout.memory import memory_plan
 
     c = get_card(setup.card)
@@ -122,7 +122,7 @@ TABLE_NAMES = {"weights": "weights", "kv_cache": "KV cache in use", "overhead": 
 
 
 def gib_parts(mp, names: dict = _JSON_NAMES) -> dict:
-    """A :class:`pdcalc.memory.MemoryPlan` in GiB: weights, KV cache, activations and framework, headroom,
+    """A :class:`pdcalc.layout.memory.MemoryPlan` in GiB: weights, KV cache, activations and framework, headroom,
     usable, under ``names``."""
     out = {names.get(k, k): v / GiB for k, v in mp.parts.items()}
     out.update({names["headroom"]: mp.free_bytes / GiB, names["usable"]: mp.usable_bytes / GiB})

@@ -122,7 +122,7 @@ def launch_script(p: Launch, d: Launch, model_path: str = "$MODEL_PATH") -> str:
 
 
 def colocated_script(setup: Setup, work: Workload, row, model_path: str = "$MODEL_PATH") -> str:
-    """The flags of a co-located layout (a row of :attr:`pdcalc.plan.Plan.aggregated`) as shell commands: one
+    """The flags of a co-located layout (a row of :attr:`pdcalc.plan.search.Plan.aggregated`) as shell commands: one
     ``vllm serve`` per instance, prefill and decode on the same cards with chunked prefill, no KV transfer.
 
     ``--max-num-seqs`` = the sequences in flight per DP rank, rounded up; ``--max-num-batched-tokens`` = one

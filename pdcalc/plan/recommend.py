@@ -1,15 +1,15 @@
 """What to run: the P/D split to deploy for a model on a cluster, why, what it costs per card, how it
 compares with a published deployment, and the vllm-ascend launch settings that realise it.
 
-:func:`recommend` runs the planner (:func:`pdcalc.plan.plan`) under latency targets and takes its best
+:func:`recommend` runs the planner (:func:`pdcalc.plan.search.plan`) under latency targets and takes its best
 feasible split: the most output tokens per second per card that meets memory, KV capacity, the
 prefill load limit, the TTFT target and the TPOT target. The planner's best co-located layout on the same
 cards (:attr:`Recommendation.aggregated`) and which of the two wins (:meth:`Recommendation.mode_note`)
 come with it. Beside it, a published deployment is evaluated
-under the same model: a P/D split with :func:`pdcalc.plan.evaluate_split`, a co-located layout (prefill
+under the same model: a P/D split with :func:`pdcalc.plan.splits.evaluate_split`, a co-located layout (prefill
 and decode on the same TP x DP replicas, as the V3 article deploys) with :func:`evaluate_colocated`.
-Per card, the memory of a P and a D card (:func:`pdcalc.plan.card_plans`) uses an engine's logged weights
-where the registry has a log of that exact layout (:func:`pdcalc.validation.logged_weights`) and
+Per card, the memory of a P and a D card (:func:`pdcalc.plan.labels.card_plans`) uses an engine's logged weights
+where the registry has a log of that exact layout (:func:`pdcalc.reality.weights.logged_weights`) and
 pdcalc's inventory otherwise. :class:`Launch` turns the split into the engine's flags for each role.
 
 A deployment that does not fit, or that cannot be evaluated on the card, is a result:
@@ -20,8 +20,8 @@ paper's decode "<50 ms TPOT" (registry ``cloudmatrix384-r1-decode-per-npu-tpot50
 DeepSeek's own service speed of 20-22 tokens/s per user (``deepseek-prod-h800-decode-per-node``);
 no TTFT target, since neither the registry nor the reference notes hold a published TTFT service level.
 
-Source: the planner's model (:mod:`pdcalc.plan`, a roofline with assumed efficiencies,
-:mod:`pdcalc.throughput`), the vllm-ascend tutorial ``docs/source/tutorials/models/DeepSeek-V4-Flash.md``
+Source: the planner's model (:mod:`pdcalc.plan.search`, a roofline with assumed efficiencies,
+:mod:`pdcalc.perf.step`), the vllm-ascend tutorial ``docs/source/tutorials/models/DeepSeek-V4-Flash.md``
 for the flags (deployments.toml ``v4-flash-910b-pd``).
 """
 
@@ -53,8 +53,8 @@ OUTPUT_SHARE = 0.25
 
 
 # ------------------------------------------------------------------------------------------ targets
-# Targets, default_targets, TPOT_SLO_ID and USER_SPEED_ID live in pdcalc.plan (the planner states its targets
-# too) and are imported above: pdcalc.recommend.default_targets is the published service level.
+# Targets, default_targets, TPOT_SLO_ID and USER_SPEED_ID live in pdcalc.plan.search (the planner states its targets
+# too) and are imported above: pdcalc.plan.workload.default_targets is the published service level.
 
 
 # ------------------------------------------------------------------------------------------ published layouts
@@ -62,7 +62,7 @@ def _colocated_weights(setup: Setup, layout: Colocated) -> float:
     if layout.ep:
         return card_weights(setup.model, setup.quant, ep=layout.ep, tp=layout.tp, mtp=setup.mtp).total_bytes
     w = card_weights(setup.model, setup.quant, ep=1, tp=layout.tp, mtp=setup.mtp)
-    return w.class_ii_bytes + w.class_i_bytes / layout.tp     # every expert, split tp ways (pdcalc.throughput)
+    return w.class_ii_bytes + w.class_i_bytes / layout.tp     # every expert, split tp ways (pdcalc.perf.step)
 
 
 def evaluate_colocated(setup: Setup, work: Workload, layout: Colocated) -> pd.Series:
@@ -124,7 +124,7 @@ class Recommendation(RecommendationText, RecommendationTables):
     ``published`` / ``published_row`` / ``published_note``: the compared deployment, its evaluation
     under the same model (``None`` when it cannot be evaluated) and a line on how it was evaluated or why
     not; ``p_card`` / ``d_card``: memory of one card of each side; ``weights_logs``: per role, the
-    :class:`pdcalc.validation.LoggedWeights` that sized it, or ``None`` (pdcalc's inventory);
+    :class:`pdcalc.reality.weights.LoggedWeights` that sized it, or ``None`` (pdcalc's inventory);
     ``launch``: the P and D settings."""
 
     setup: Setup
@@ -160,12 +160,12 @@ class Recommendation(RecommendationText, RecommendationTables):
     @property
     def aggregated(self) -> pd.Series | None:
         """The planner's best co-located layout on the same cards under the same targets (a row of
-        :attr:`pdcalc.plan.Plan.aggregated`), ``None`` when none meets them or nothing was planned."""
+        :attr:`pdcalc.plan.search.Plan.aggregated`), ``None`` when none meets them or nothing was planned."""
         return None if self.plan is None else self.plan.best_aggregated
 
     def mode_note(self) -> str:
         """Disaggregate or not: which of the planner's two modes wins under the targets, and why (one
-        sentence, :attr:`pdcalc.plan.Plan.why`); the reason when nothing could be planned."""
+        sentence, :attr:`pdcalc.plan.search.Plan.why`); the reason when nothing could be planned."""
         if self.plan is None:
             return self.reason
         why = self.plan.why
@@ -231,11 +231,11 @@ def recommend(model="deepseek-v4-flash", quant: str = V4_ASCEND_W8A8, card="asce
     model, quant, card, cards
         Model preset (or config.json), checkpoint scheme, card preset (or hardware TOML), cluster size.
     prompt_tokens, output_tokens, concurrency, rate_per_s
-        The workload (:class:`pdcalc.plan.Workload`: one of ``concurrency`` and ``rate_per_s``).
+        The workload (:class:`pdcalc.plan.workload.Workload`: one of ``concurrency`` and ``rate_per_s``).
     ttft_s, tpot_s
         Latency targets in seconds; omitted: :func:`default_targets`; ``None``: no target.
     mtp, utilization, tp_options, **setup_kw
-        :class:`pdcalc.plan.Setup` fields.
+        :class:`pdcalc.plan.workload.Setup` fields.
     measured_weights
         Size a layout's weights from an engine's log where the registry has one for it.
     published
@@ -248,7 +248,7 @@ def recommend(model="deepseek-v4-flash", quant: str = V4_ASCEND_W8A8, card="asce
     Returns
     -------
     Recommendation
-        Invalid inputs raise :class:`pdcalc.checks.InputError`; a deployment that does not fit, or a card
+        Invalid inputs raise :class:`pdcalc.core.checks.InputError`; a deployment that does not fit, or a card
         the model cannot be evaluated on, is a result (``reason``).
     """
     defaults = default_targets()
@@ -294,12 +294,12 @@ def evaluate_published(setup: Setup, work: Workload, pub) -> tuple[pd.Series | N
         if isinstance(pub, PDSplit):
             row = evaluate_split(setup, work, p_instances=pub.p_instances, p_size=pub.p_size, p_tp=pub.p_tp,
                                  d_instances=pub.d_instances, d_size=pub.d_size, d_tp=pub.d_tp)
-            return row, "evaluated with the planner's model (pdcalc.plan.evaluate_split)"
+            return row, "evaluated with the planner's model (pdcalc.plan.splits.evaluate_split)"
         row = evaluate_colocated(setup, work, pub)
     except PdcalcError as exc:
         return None, f"not compared: {exc}"
-    return row, ("evaluated with the same step model by pdcalc.recommend.evaluate_colocated: its replicas hold every "
-                 "expert, which the planner's co-located instances (one expert-parallel group each) do not cover, and "
+    return row, ("evaluated with the same step model by pdcalc.plan.recommend.evaluate_colocated: its replicas hold "
+                 "every expert, which the planner's co-located instances (one expert-parallel group each) do not cover, and "
                  "it leaves out the stalls prefill causes in decode, which the planner's co-located instances count")
 
 

@@ -79,7 +79,7 @@ def usable_bytes(setup: Setup) -> float:
 
 def weights_log(setup: Setup, size: int, tp: int):
     """The logged per-card weights that size a layout of ``size`` cards with TP ``tp`` under ``setup``
-    (:func:`pdcalc.validation.logged_weights` of the weights model and scheme), or ``None``: with
+    (:func:`pdcalc.reality.weights.logged_weights` of the weights model and scheme), or ``None``: with
     ``measured_weights`` off, or where no log matches that exact layout."""
     if not setup.measured_weights:
         return None
@@ -91,7 +91,7 @@ def weights_log(setup: Setup, size: int, tp: int):
 
 def layout_weights(setup: Setup, size: int, tp: int) -> float:
     """Weight bytes on one card of a layout of ``size`` cards with TP ``tp``: the logged figure where
-    :func:`weights_log` finds one, else :func:`pdcalc.memory.card_weights` (MTP included when loaded)."""
+    :func:`weights_log` finds one, else :func:`pdcalc.layout.memory.card_weights` (MTP included when loaded)."""
     log = weights_log(setup, size, tp)
     if log is not None:
         return log.bytes
@@ -115,7 +115,7 @@ def seq_kv_bytes(setup: Setup, context) -> np.ndarray | float:
 
 
 def _kv_step_kwargs(setup: Setup) -> dict:
-    """The step's KV cache as the plan sizes it (:func:`pdcalc.throughput.kv_step_kwargs`)."""
+    """The step's KV cache as the plan sizes it (:func:`pdcalc.perf.traffic.kv_step_kwargs`)."""
     return kv_step_kwargs(setup.model, setup.engine, setup.kv_cache_dtype)
 
 
@@ -126,7 +126,7 @@ def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase)
 
 
 def _check_compute(setup: Setup) -> None:
-    """Raise :class:`pdcalc.errors.LayoutError` (one line) when the card lacks the peak FLOP/s of the
+    """Raise :class:`pdcalc.core.errors.LayoutError` (one line) when the card lacks the peak FLOP/s of the
     dtype the step runs its linear layers in (the quantization scheme's compute dtype, or
     ``step_kwargs['compute_dtype']``) or its attention in (``step_kwargs['attn_dtype']``)."""
     c = get_card(setup.card)

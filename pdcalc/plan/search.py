@@ -6,18 +6,18 @@ wins and why, and the throughput-latency frontier of both.
 ``p_tp_options``, EP group = the instance, ``s_p / t_p`` DP ranks) and ``n_d`` decode instances of ``s_d``
 cards (TP from ``d_tp_options``), with ``n_p s_p + n_d s_d`` at most the cluster. For each candidate:
 
-- **memory**: per card, weights (:func:`pdcalc.memory.card_weights`, MTP included when loaded; with
+- **memory**: per card, weights (:func:`pdcalc.layout.memory.card_weights`, MTP included when loaded; with
   ``measured_weights``, an engine's logged figure where one exists for the exact layout, :func:`weights_log`),
   activations and framework overhead against ``utilization`` x the card's memory; what is left on a D card
-  holds KV cache, sequences of ``prompt + output`` tokens (:func:`pdcalc.kv_cache.kv_bytes`, or a constant
+  holds KV cache, sequences of ``prompt + output`` tokens (:func:`pdcalc.model.kv_cache.kv_bytes`, or a constant
   per-token figure), the cache of a DP rank kept whole on each of its TP cards;
-- **prefill**: one prompt per DP rank per step (:func:`pdcalc.throughput.step`), so an instance serves
+- **prefill**: one prompt per DP rank per step (:func:`pdcalc.perf.step.step`), so an instance serves
   ``dp / t_pf`` prompts per second; at load ``rho`` = request rate / P capacity the time to first token is
 
   .. math:: \\text{TTFT} = \\frac{t_\\text{pf}}{1 - \\rho} + t_\\text{x}
 
   (queueing of an M/M/1 server, an assumption) with ``t_x`` the KV transfer exposed after a layer-wise
-  send (:func:`pdcalc.transfer.exposed_seconds`);
+  send (:func:`pdcalc.perf.transfer.exposed_seconds`);
 - **decode**: the sequences in flight ``S`` share the D instances; the time per output token is the decode
   step at ``S / n_d`` sequences per instance. Given a request rate ``R``, Little's law closes the loop:
 
@@ -83,7 +83,7 @@ when both serve a request rate on as many cards, the shorter TTFT, then TPOT), a
 :attr:`Plan.why` says by how much and what holds the other back; when only one meets the targets it wins,
 when neither does the result says why for each. The targets are always stated (:attr:`Plan.targets`):
 without a TPOT or TTFT target from the caller, the published service level of
-:func:`default_targets` (also :func:`pdcalc.recommend.default_targets`) with its source (none for TTFT,
+:func:`default_targets` (also :func:`pdcalc.plan.workload.default_targets`) with its source (none for TTFT,
 since none is published).
 
 **The frontier** (:func:`frontier`, :attr:`Plan.frontier`): at each concurrency of a geometric grid from 1
@@ -132,25 +132,12 @@ import pandas as pd
 from pdcalc.core.units import GiB
 from pdcalc.model.inventory import get_inventory
 from pdcalc.plan.frontier_search import frontier, frontier_at_target
-from pdcalc.plan.labels import (
-    aggregated_label,
-    option_label,
-    split_label,
-)
+from pdcalc.plan.labels import aggregated_label, option_label, split_label
 from pdcalc.plan.roles import Side, instance_sizes, layout_tp_problem, layouts, seq_kv_bytes, tried_sizes, usable_bytes
 from pdcalc.plan.splits import count_splits, evaluate, evaluate_aggregated, evaluate_loop
 from pdcalc.plan.views import PlanViews, closest
-from pdcalc.plan.workload import (
-    AGG_CONSTRAINTS,
-    AGG_STAGES,
-    CONSTRAINTS,
-    STAGES,
-    Setup,
-    Targets,
-    Workload,
-    latency_text,
-    resolve_targets,
-)
+from pdcalc.plan.workload import (AGG_CONSTRAINTS, AGG_STAGES, CONSTRAINTS, STAGES, Setup, Targets, Workload,
+                                  latency_text, resolve_targets)
 
 
 @dataclass(frozen=True)
@@ -297,7 +284,7 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
     ``targets``: the latency targets to apply with their sources; ``None``: the workload's, and where it
     has none the published service level (:func:`resolve_targets`). A deployment that does not fit is a
     result (:attr:`Plan.reason`, :attr:`Plan.aggregated_reason`, :attr:`Plan.winner` "neither"); a card
-    without the FLOP/s of the compute dtype raises :class:`pdcalc.errors.LayoutError` before anything is
+    without the FLOP/s of the compute dtype raises :class:`pdcalc.core.errors.LayoutError` before anything is
     evaluated."""
     t0 = time.perf_counter()
     tg = resolve_targets(work, targets)
@@ -371,8 +358,8 @@ def _agg_nothing_fits(df: pd.DataFrame, setup: Setup, work: Workload) -> str:
                 parts.append(f"prompts need {_pct(row['prefill_load'])} of the {b:,.0f}-token chunk the TPOT target "
                              f"leaves in a step (max {100 * setup.max_load:.0f}%)")
             else:
-                parts.append(f"the decode step alone ({latency_text(row['decode_s'])}) leaves no room for prompt chunks "
-                             f"within the TPOT target")
+                parts.append(f"the decode step alone ({latency_text(row['decode_s'])}) leaves no room for prompt "
+                             f"chunks within the TPOT target")
         else:
             parts.append(f"TTFT {latency_text(row['ttft_s'])} against a target of {latency_text(work.ttft_s)}")
     return (f"nothing fits: the closest co-located layout, {aggregated_label(row)} ({int(row['cards']):,} cards), "

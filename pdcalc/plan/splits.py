@@ -15,20 +15,8 @@ from pdcalc.core.checks import integer
 from pdcalc.core.errors import LayoutError
 from pdcalc.core.units import GiB
 from pdcalc.perf.transfer import exposed_seconds, link
-from pdcalc.plan.roles import (
-    DecodeTable,
-    Side,
-    decode_table,
-    fewest_p,
-    layouts,
-    main_layers,
-    p_slack,
-    seq_kv_bytes,
-    sides,
-    tpot_at,
-    transfer_s,
-    usable_bytes,
-)
+from pdcalc.plan.roles import (DecodeTable, Side, decode_table, fewest_p, layouts, main_layers, p_slack, seq_kv_bytes,
+                               sides, tpot_at, transfer_s, usable_bytes)
 from pdcalc.plan.workload import AGG_CONSTRAINTS, CONSTRAINTS, Setup, Workload
 
 

@@ -12,15 +12,8 @@ import pandas as pd
 
 from pdcalc.core.units import GiB
 from pdcalc.hardware.cards import get_card
-from pdcalc.plan.labels import (
-    TABLE_NAMES,
-    PDSplit,
-    aggregated_card_plan,
-    aggregated_label,
-    card_plans,
-    gib_parts,
-    option_label,
-)
+from pdcalc.plan.labels import (TABLE_NAMES, PDSplit, aggregated_card_plan, aggregated_label, card_plans, gib_parts,
+                                option_label)
 from pdcalc.plan.workload import AGG_CONSTRAINTS, AGG_STAGES, CONSTRAINTS, MODES, STAGES
 
 
@@ -80,7 +73,7 @@ class PlanViews:
             out["aggregated"] = self.aggregated.iloc[closest(self.aggregated, AGG_CONSTRAINTS, AGG_STAGES)]
         return out
     def card_memory(self) -> dict:
-        """Memory of one card of each kind of the two best options (:class:`pdcalc.memory.MemoryPlan`):
+        """Memory of one card of each kind of the two best options (:class:`pdcalc.layout.memory.MemoryPlan`):
         ``"P card"`` and ``"D card"`` of the best split, ``"co-located card"`` of the best aggregated
         layout; a mode where nothing fits is left out."""
         out = {}
@@ -227,8 +220,8 @@ class RecommendationText:
                 + (f"on {cards:,} fewer cards" if cards > 0 else f"on {-cards:,} more cards" if cards < 0
                    else "on as many cards")
                 + f"; in all it serves {b['output_tokens_per_s'] / a['output_tokens_per_s']:.2f} times the "
-                f"article's output tokens/s, at a TPOT of {latency(b['tpot_s'])} against {latency(a['tpot_s'])} and a TTFT "
-                f"of {latency(b['ttft_s'])} against {latency(a['ttft_s'])}.")
+                f"article's output tokens/s, at a TPOT of {latency(b['tpot_s'])} against {latency(a['tpot_s'])} and a "
+                f"TTFT of {latency(b['ttft_s'])} against {latency(a['ttft_s'])}.")
         if self.published_issue:
             text += f" The article's deployment {self.published_issue}."
         return text
@@ -306,6 +299,6 @@ class RecommendationTables:
         """Every constraint of the recommended split with its relative slack, the tightest first."""
         if not self.fits:
             return pd.DataFrame()
-        rows = [{"constraint": k, "slack (%)": round(100 * float(self.best[f"slack: {k}"]), 1), "what it is": constraint_text(k)}
-                for k in CONSTRAINTS if math.isfinite(float(self.best[f"slack: {k}"]))]
+        rows = [{"constraint": k, "slack (%)": round(100 * float(self.best[f"slack: {k}"]), 1),
+                 "what it is": constraint_text(k)} for k in CONSTRAINTS if math.isfinite(float(self.best[f"slack: {k}"]))]
         return pd.DataFrame(rows).sort_values("slack (%)", kind="stable").reset_index(drop=True)

@@ -52,7 +52,7 @@ def _positive_ints(name: str, value, *, allow_none: bool = False) -> tuple[int, 
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
-    """What the deployment must serve. Invalid values raise :class:`pdcalc.checks.InputError`."""
+    """What the deployment must serve. Invalid values raise :class:`pdcalc.core.checks.InputError`."""
 
     prompt_tokens: int                   # tokens per prompt
     output_tokens: int                   # tokens generated per request
@@ -82,10 +82,10 @@ class Workload:
 @dataclass(frozen=True, kw_only=True)
 class Setup:
     """Model, hardware and engine assumptions of a plan. Invalid values raise
-    :class:`pdcalc.checks.InputError`; names (model, card, scheme, engine) are resolved when planning."""
+    :class:`pdcalc.core.checks.InputError`; names (model, card, scheme, engine) are resolved when planning."""
 
     model: str | Path = "deepseek-v4-flash"   # preset or config.json
-    quant: str | None = None                  # weights as stored (pdcalc.quant); None: quant.default_scheme_on
+    quant: str | None = None                  # weights as stored (pdcalc.model.quant); None: quant.default_scheme_on
     weights_model: str | Path | None = None   # inventory that sizes the weights (e.g. an article preset); None: model
     weights_quant: str | None = None          # scheme for weights_model; None: quant
     card: str | Path = "ascend-910b2"         # card preset or hardware TOML
@@ -93,8 +93,9 @@ class Setup:
     mtp: bool = True                          # MTP module loaded (weights)
     utilization: float = 0.9                  # gpu-memory-utilization
     base: str = "visible"                     # memory utilisation applies to: "visible" or "installed"
-    engine: str | None = None                 # KV layout (pdcalc.kv_cache.ENGINES); None: the card's family's
-                                              # engine (pdcalc.kv_cache.default_engine: vLLM on NVIDIA, vllm-ascend on Ascend)
+    engine: str | None = None                 # KV layout (pdcalc.model.kv_layout.ENGINES); None: the card's family's
+                                              # engine (pdcalc.model.kv_layout.default_engine: vLLM on NVIDIA,
+                                              # vllm-ascend on Ascend)
     kv_cache_dtype: str | None = None         # the engine's KV cache format (kv_cache.kv_bytes); None: its default
     kv_bytes_per_token: float | None = None   # constant KV bytes per token instead of the engine layout
     p_overhead_bytes: float = 3.5e9           # activations + framework per P card
@@ -245,7 +246,7 @@ def resolve_targets(work: "Workload", targets: Targets | None = None) -> Targets
     (its source; for TTFT none is published, so none)."""
     if targets is not None:
         if not isinstance(targets, Targets):
-            raise InputError("targets", f"must be a pdcalc.plan.Targets or None, got {show(targets)}")
+            raise InputError("targets", f"must be a pdcalc.plan.workload.Targets or None, got {show(targets)}")
         return targets
     d = default_targets()
     return Targets(ttft_s=work.ttft_s if work.ttft_s is not None else d.ttft_s,

@@ -60,7 +60,7 @@ class Band:
 
 
 #: max-num-batched-tokens tried for the vllm-ascend V4-Flash log, which does not print it: vLLM's scheduler
-#: setting sizes buffers allocated with the model (pdcalc.memory.load_buffers); 4,096 to 16,384 tokens.
+#: setting sizes buffers allocated with the model (pdcalc.layout.memory.load_buffers); 4,096 to 16,384 tokens.
 V4_LOG_BATCHED_TOKENS = (4096, 8192, 16384)
 
 
@@ -74,7 +74,7 @@ def _loader_band_why() -> str:
     cfg = load_config("deepseek-v4-flash")
     head = cfg.vocab_size * cfg.hidden_size * 2
     return ("Checkpoint dtypes from the quantization recipe and every allocation of the loader from its code "
-            f"(w8a8-msmodelslim, pdcalc.memory.load_buffers); open: the run's max-num-batched-tokens, "
+            f"(w8a8-msmodelslim, pdcalc.layout.memory.load_buffers); open: the run's max-num-batched-tokens, "
             f"{spread / GiB:.2f} GiB between {lo:,} and {hi:,} tokens, and whether the MTP draft's head is "
             f"deduplicated against the main one ({head / GiB:.2f} GiB): 3 %.")
 
@@ -204,7 +204,7 @@ class Prediction:
     assumptions: str            # what is assumed where the source is silent
     band: Band
     before: float | None = None  # throughput: the roofline with flat efficiencies under the same conditions
-    cost_sources: tuple = ()     # throughput: pdcalc.throughput.CostSource of every published figure used
+    cost_sources: tuple = ()     # throughput: pdcalc.perf.kernels.CostSource of every published figure used
     costs_from: str = ""         # throughput: the costs.toml tables used, and the cards carried from
     in_sample: bool = False      # set by the same source it is compared with (left out of the statistics)
 

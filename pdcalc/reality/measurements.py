@@ -215,7 +215,7 @@ def to_bytes(m: Measurement) -> float:
     Parameters
     ----------
     m : Measurement
-        A measurement whose unit is one of :data:`pdcalc.units.BYTE_UNITS`.
+        A measurement whose unit is one of :data:`pdcalc.core.units.BYTE_UNITS`.
 
     Returns
     -------

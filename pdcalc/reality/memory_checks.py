@@ -71,7 +71,7 @@ def kv_budget_prediction(mid: str, scheme) -> Prediction:
                 f"The weight band of the same log ({wb.low:g}-{wb.high:g} x the logged weights) carried through "
                 "M_KV = u M - W - A - F: the KV budget is off by exactly what the weights are off.")
     return Prediction(id=mid, predicted=kv(w.predicted), low=kv(w.high), high=kv(w.low), layout=w.layout,
-                      function="pdcalc.memory.budget (weights: pdcalc.memory.card_weights)",
+                      function="pdcalc.layout.memory.budget (weights: pdcalc.layout.memory.card_weights)",
                       assumptions=(f"Weights as predicted for {spec.weights}. Visible memory: {card.label} "
                                    f"({card.usable_base_bytes / GiB:.2f} GiB), utilization {u:g}. Activation "
                                    f"{spec.activation_gib:g} GiB and non-torch {spec.non_torch_gib:g} GiB taken "
@@ -86,7 +86,7 @@ def ktransformers_prediction(mid: str) -> Prediction:
     m = reg.get(mid)
     b = kv_bytes("deepseek-v3", KTRANSFORMERS_TOKENS, "reference", include_mtp=False).total_bytes
     return Prediction(id=mid, predicted=b, low=b, high=b, layout=f"TP{m.tp}; latent replicated on each rank",
-                      function="pdcalc.kv_cache.kv_bytes (engine 'reference': one contiguous BF16 row per token)",
+                      function="pdcalc.model.kv_cache.kv_bytes (engine 'reference': one contiguous BF16 row per token)",
                       assumptions=("SGLang's MLA pool keeps one BF16 row of kv_lora_rank + rope = 576 values per "
                                    "layer and token, like the reference; 61 layers, no MTP draft. If the printed "
                                    f"'GB' is 2**30 B (SGLang memory_pool's GB constant) the ratio is "
@@ -95,7 +95,7 @@ def ktransformers_prediction(mid: str) -> Prediction:
 
 def atlas_tokens_prediction(mid: str) -> Prediction:
     mem = measured_si(reg.get("vllm-atlas-145-r1-nvfp4-gb10-kv-available"))
-    block = 64                                      # assumption v3-vllm-block-64 (pdcalc.kv_cache)
+    block = 64                                      # assumption v3-vllm-block-64 (pdcalc.model.kv_layout)
     vals = {}
     for mtp in (False, True):
         per_block = kv_bytes("deepseek-v3", block, "vllm", include_mtp=mtp, kv_cache_dtype="fp8").total_bytes
@@ -104,7 +104,7 @@ def atlas_tokens_prediction(mid: str) -> Prediction:
     best = min(vals, key=lambda k: abs(math.log(vals[k] / meas)))
     return Prediction(id=mid, predicted=float(vals[best]), low=float(min(vals.values())),
                       high=float(max(vals.values())), layout=f"TP8; {'61 + 1 (MTP)' if best else '61'} layers",
-                      function="pdcalc.kv_cache.kv_bytes (engine 'vllm', kv_cache_dtype 'fp8')",
+                      function="pdcalc.model.kv_cache.kv_bytes (engine 'vllm', kv_cache_dtype 'fp8')",
                       assumptions=("Memory: the 43.55 GiB of the same line. 576 B per layer and token (FP8 latent "
                                    "+ RoPE), 64-token blocks; with or without a cache layer for the MTP draft (not "
                                    "stated): both tried."), band=BANDS["kv-bytes"])
@@ -121,7 +121,7 @@ def te_bandwidth_prediction(mid: str) -> Prediction:
     lnk = transfer.fit_link().scaled(rate)
     bw = _TE_BYTES / lnk.seconds(_TE_BYTES)
     return Prediction(id=mid, predicted=bw, low=bw, high=bw, layout=_TE_NETWORK[mid],
-                      function="pdcalc.transfer.fit_link().scaled(line rate); Link.seconds",
+                      function="pdcalc.perf.transfer.fit_link().scaled(line rate); Link.seconds",
                       assumptions=(f"Fixed cost and efficiency ({lnk.efficiency:.1%}) of the link fitted to "
                                    f"Mooncake's vLLM PD table, carried to {rate / 1e9:g} GB/s of line rate; "
                                    "40 GB (10**9 B) per transfer."), band=BANDS["transfer-carried"])
@@ -137,7 +137,7 @@ def _mooncake_point(prompt_tokens: int = 32768):
 def mooncake_time_prediction(mid: str) -> Prediction:
     b, t = _mooncake_point()
     return Prediction(id=mid, predicted=t, low=t, high=t, layout="1P1D, TP8, 8 x RoCE",
-                      function="pdcalc.transfer.fit_link().seconds",
+                      function="pdcalc.perf.transfer.fit_link().seconds",
                       assumptions=(f"In sample: the link is fitted to the same table. {b / GiB:.2f} GiB per request "
                                    "(the printed 4.50 'GB' is GiB, pdcalc/data/transfer.toml)."),
                       band=BANDS["transfer-in-sample"])
@@ -147,7 +147,7 @@ def mooncake_bandwidth_prediction(mid: str) -> Prediction:
     b, t = _mooncake_point()
     m = reg.get(mid)
     return Prediction(id=mid, predicted=b / t, low=b / t, high=b / t, layout="1P1D, TP8, 8 x RoCE",
-                      function="pdcalc.transfer.fit_link().seconds",
+                      function="pdcalc.perf.transfer.fit_link().seconds",
                       assumptions=("In sample, as the transfer time. The printed 'GB/s' is GiB/s (4.50 GiB / "
                                    "31.65 ms); read so, the measurement is "
                                    f"{m.value * GiB / 1e9:.1f} GB/s and the ratio {b / t / (m.value * GiB):.3f}."),

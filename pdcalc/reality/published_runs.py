@@ -16,12 +16,12 @@ from pdcalc.reality import measurements
 # ------------------------------------------------------------------------------ published measurements
 @dataclass(frozen=True)
 class PublishedRun:
-    """The conditions of one published throughput (an entry of :mod:`pdcalc.measurements`) as the step
+    """The conditions of one published throughput (an entry of :mod:`pdcalc.reality.measurements`) as the step
     model needs them; the measured value, its card and its source stay in that registry."""
 
-    measurement: str             # id in pdcalc.measurements
+    measurement: str             # id in pdcalc.reality.measurements
     phase: str
-    quant: str                   # pdcalc.quant scheme of the served weights
+    quant: str                   # pdcalc.model.quant scheme of the served weights
     compute_dtype: str           # card peak used for the linear layers
     cards_per_unit: int          # cards in the measurement's scope (8 for "per node", 1 for "per NPU")
     tp: int                      # attention TP degree
@@ -103,7 +103,7 @@ def compare_published(model="deepseek-v3", *, mfu: float = DEFAULT_MFU, mbu: flo
     communication with computation (two micro-batches), hence ``overlap=True``. DeepSeek-R1 shares
     DeepSeek-V3's architecture. ``costs`` picks the cost model of :func:`step` (the efficiencies apply to
     the roofline only, ``overlap_model`` to the published costs); every registry throughput under its own
-    conditions is in :func:`pdcalc.validation.table`.
+    conditions is in :func:`pdcalc.reality.validation.table`.
     """
     rows = []
     for run in PUBLISHED_RUNS:

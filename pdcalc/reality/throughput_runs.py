@@ -163,7 +163,7 @@ _OPEN: dict[str, _Open] = {
 
 @dataclass(frozen=True, kw_only=True)
 class ThroughputSetup:
-    """Everything :func:`pdcalc.throughput.step` needs to predict one throughput measurement."""
+    """Everything :func:`pdcalc.perf.step.step` needs to predict one throughput measurement."""
 
     id: str
     model: str
@@ -348,7 +348,7 @@ def throughput_setup(mid: str) -> ThroughputSetup:
 
 def predict_throughput(setup: ThroughputSetup, costs: str = "published", **overrides):
     """The measurement's value as the step model predicts it under ``setup`` (tokens/s per the measurement's
-    scope), and the decode or prefill :class:`~pdcalc.throughput.StepTime` behind it.
+    scope), and the decode or prefill :class:`~pdcalc.perf.step.StepTime` behind it.
 
     Aggregated serving (prefill and decode on the same cards) adds each output token's share of the
     prompts' prefill, each prompt in a step of its own on one DP rank:

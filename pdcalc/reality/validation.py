@@ -1,6 +1,6 @@
 """How close to reality: pdcalc's predictions beside published measurements.
 
-For every entry of the measurements registry (:mod:`pdcalc.measurements`) that pdcalc can predict,
+For every entry of the measurements registry (:mod:`pdcalc.reality.measurements`) that pdcalc can predict,
 :func:`predictions` computes the prediction under the entry's stated conditions; :func:`table` puts it
 beside the measured value (both in SI units: bytes, tokens, tokens/s, bytes/s, seconds) with the ratio
 predicted / measured, the pdcalc function used and the assumptions made where the source leaves a
@@ -9,20 +9,20 @@ measurement drops out silently (:func:`coverage`).
 
 Quantities and the functions that predict them:
 
-- weight memory per card: :func:`pdcalc.memory.card_weights`; one pipeline stage:
+- weight memory per card: :func:`pdcalc.layout.memory.card_weights`; one pipeline stage:
   :func:`stage_weights`;
-- KV-cache memory per card: :func:`pdcalc.memory.budget`,
+- KV-cache memory per card: :func:`pdcalc.layout.memory.budget`,
 
   .. math:: M_\\text{KV} = u\\,M_\\text{visible} - W - A - F
 
   with ``W`` from pdcalc and the activation peak ``A`` and non-torch memory ``F`` taken from the same
   log line (pdcalc does not predict them); :func:`kv_budget_table` also shows the overhead the
   measurement implies, ``u M - W - M_KV``;
-- KV-cache bytes and capacity: :func:`pdcalc.kv_cache.kv_bytes` in the engine's layout, tokens =
+- KV-cache bytes and capacity: :func:`pdcalc.model.kv_cache.kv_bytes` in the engine's layout, tokens =
   memory / bytes per token;
-- throughput: :func:`predict_throughput` (:func:`pdcalc.throughput.step` with ``costs="published"``,
+- throughput: :func:`predict_throughput` (:func:`pdcalc.perf.step.step` with ``costs="published"``,
   the roofline of flat efficiencies beside it);
-- KV transfer: :func:`pdcalc.transfer.fit_link`, :meth:`pdcalc.transfer.Link.seconds`.
+- KV transfer: :func:`pdcalc.perf.transfer.fit_link`, :meth:`pdcalc.perf.transfer.Link.seconds`.
 
 Where a condition is open (a layout, whether the MTP draft is loaded) every candidate consistent with
 the source is computed: ``predicted`` is the candidate closest to the measurement, ``low`` and
@@ -50,24 +50,12 @@ from pdcalc.perf.inputs import DEFAULT_MBU, DEFAULT_MFU
 from pdcalc.perf.schedule import DEFAULT_OVERLAP_MODEL, profiled_steps
 from pdcalc.reality import measurements as reg
 from pdcalc.reality.bands import BANDS, GROUPS, NO_PRESET, SI_UNITS, Prediction, measured_si
-from pdcalc.reality.memory_checks import (
-    BUDGET_SPECS,
-    atlas_tokens_prediction,
-    ktransformers_prediction,
-    kv_budget_prediction,
-    kv_budget_table,
-    mooncake_bandwidth_prediction,
-    mooncake_time_prediction,
-    te_bandwidth_prediction,
-)
+from pdcalc.reality.memory_checks import (BUDGET_SPECS, atlas_tokens_prediction, ktransformers_prediction,
+                                          kv_budget_prediction, kv_budget_table, mooncake_bandwidth_prediction,
+                                          mooncake_time_prediction, te_bandwidth_prediction)
 from pdcalc.reality.throughput_runs import NotPredictable, predict_throughput, throughput_band, throughput_setup
-from pdcalc.reality.weights import (
-    W8A8_EXPERTS_ONLY,
-    WEIGHT_SPECS,
-    v4_weight_steps,
-    weight_candidates,
-    weights_prediction,
-)
+from pdcalc.reality.weights import (W8A8_EXPERTS_ONLY, WEIGHT_SPECS, v4_weight_steps, weight_candidates,
+                                    weights_prediction)
 
 
 def _throughput_predictions(*, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU,
@@ -98,7 +86,7 @@ def _throughput_predictions(*, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MB
         own = beyond and source_document(m.id) == calibration_document(setup.phase)
         out.append(Prediction(
             id=m.id, predicted=after, low=min(cands), high=max(cands), layout=setup.layout(),
-            function="pdcalc.validation.predict_throughput (pdcalc.throughput.step, costs='published')",
+            function="pdcalc.reality.throughput_runs.predict_throughput (pdcalc.perf.step.step, costs='published')",
             assumptions=(setup.assumptions or "As stated.") + (
                 " Where the source leaves MTP open, MTP on is the range's other end." if len(cands) > 1
                 and not setup.mtp_steps and m.mtp is None else "") + (
@@ -146,14 +134,14 @@ def predictions(*, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU,
     overlap
         Whether a run's stated two-micro-batch overlap is modelled (``False``: every run serial).
     overlap_model
-        How it is modelled (:data:`pdcalc.throughput.OVERLAP_MODELS`): ``"published"``, the computation on
+        How it is modelled (:data:`pdcalc.perf.inputs.OVERLAP_MODELS`): ``"published"``, the computation on
         the SMs DeepSeek's profile leaves it; ``"ideal"``, computation and communication never slow each other.
     scheme : str, optional
         Quantization scheme for every weight prediction (and the KV budgets built on them) instead of
         each checkpoint's own (``w8a8``, ``fp8``); what-if candidates keep theirs.
     beyond
         Whether each prefill step takes what DeepSeek's profiled prefill step takes beyond its kernels
-        (:func:`pdcalc.throughput.beyond_kernels`); ``False``: the published kernel costs alone.
+        (:func:`pdcalc.perf.step.beyond_kernels`); ``False``: the published kernel costs alone.
     """
     if scheme is not None:
         get_scheme(scheme)
@@ -430,7 +418,7 @@ def source_document(mid: str) -> str:
 
 
 def calibration_document(phase: str) -> str | None:
-    """The document the profiled step of ``phase`` (:func:`pdcalc.throughput.beyond_kernels`) takes its
+    """The document the profiled step of ``phase`` (:func:`pdcalc.perf.step.beyond_kernels`) takes its
     rate from, or ``None``: a measurement of that phase from the same document is in sample."""
     p = profiled_steps().get(phase)
     return None if p is None else (p.url or p.source).split("#")[0]

@@ -61,7 +61,7 @@ def pp_layers(num_layers: int, pp: int, stage: int, split: str = "vllm") -> tupl
 def stage_weights(model, scheme="w8a8", *, ep: int = 1, tp: int = 1, mtp: bool = False, pp: int = 1,
                   stage: int = 0, split: str = "vllm") -> float:
     """Weight bytes on one card of pipeline stage ``stage``: its layers sharded as in
-    :func:`pdcalc.memory.card_weights`, the embedding on the first stage, the final norm and the output
+    :func:`pdcalc.layout.memory.card_weights`, the embedding on the first stage, the final norm and the output
     head on the last.
 
     With ``pp = 1`` this is ``card_weights(...).total_bytes``. Routed experts split by TP without expert
@@ -71,7 +71,7 @@ def stage_weights(model, scheme="w8a8", *, ep: int = 1, tp: int = 1, mtp: bool =
     .. math:: W_\\text{stage} = \\sum_{t \\in \\text{stage}} \\frac{W_t}{s_t}, \\qquad
        s_t = t_\\text{TP} \\;(\\text{TP-split}), \\; E / n_\\text{card} \\;(\\text{EP-split}), \\; 1
 
-    Raises :class:`~pdcalc.errors.LayoutError` for MTP with ``pp > 1`` (where the draft sits is not
+    Raises :class:`~pdcalc.core.errors.LayoutError` for MTP with ``pp > 1`` (where the draft sits is not
     modelled).
     """
     if pp == 1:
@@ -165,7 +165,7 @@ WEIGHT_SPECS: dict[str, _WeightSpec] = {
                      "each'). MTP on: the checkpoint is w8a8-mtp and the Mooncake issue says 'W8A8, with "
                      "MTP'. Checkpoint as msModelSlim's V4-Flash recipe writes it, loaded as vllm-ascend does "
                      "(w8a8-msmodelslim), with the buffers vllm-ascend builds with the model "
-                     "(pdcalc.memory.load_buffers); the run's max-num-batched-tokens is not in the log: "
+                     "(pdcalc.layout.memory.load_buffers); the run's max-num-batched-tokens is not in the log: "
                      "the range tried.")),
 }
 
@@ -197,7 +197,8 @@ def weights_prediction(mid: str, scheme) -> Prediction:
     spec = WEIGHT_SPECS[mid]
     df = weight_candidates(mid, scheme)
     ok, best = df[df["consistent"]], df[df["chosen"]].iloc[0]
-    fn = "pdcalc.validation.stage_weights (pipeline stage)" if best["pp"] > 1 else "pdcalc.memory.card_weights"
+    fn = ("pdcalc.reality.weights.stage_weights (pipeline stage)" if best["pp"] > 1
+          else "pdcalc.layout.memory.card_weights")
     return Prediction(id=mid, predicted=float(best["predicted_bytes"]), low=float(ok["predicted_bytes"].min()),
                       high=float(ok["predicted_bytes"].max()), layout=best["candidate"], function=fn,
                       assumptions=f"{spec.assumptions} Scheme {best['scheme']}.", band=BANDS[spec.band])
@@ -215,8 +216,8 @@ def candidates_table(scheme: str | None = None) -> pd.DataFrame:
 def v4_weight_steps() -> pd.DataFrame:
     """From pdcalc's generic ``w8a8`` to the V4-Flash W8A8 checkpoint as vllm-ascend loads it, step by step,
     on the logged layout (EP8, TP1, MTP draft; buffers at the closest max-num-batched-tokens tried): GiB per
-    card after each step and its ratio to the log. Each step is a rule of :data:`pdcalc.quant.SCHEMES`
-    ``w8a8-msmodelslim`` or :func:`pdcalc.memory.load_buffers`."""
+    card after each step and its ratio to the log. Each step is a rule of :data:`pdcalc.model.quant.SCHEMES`
+    ``w8a8-msmodelslim`` or :func:`pdcalc.layout.memory.load_buffers`."""
     import dataclasses
 
     mid = "vllm-ascend-13439-v4flash-weights-per-card"
@@ -246,13 +247,13 @@ class LoggedWeights:
     id: str                 # the registry entry
     source: str             # where the log line is (the entry's ``source``)
     url: str | None         # the entry's ``url``
-    layout: str             # the layout the log is read as (pdcalc.validation's candidate label)
+    layout: str             # the layout the log is read as (pdcalc.reality.validation's candidate label)
 
 
 def logged_weights(model, quant: str, *, ep: int, tp: int = 1, mtp: bool = True) -> LoggedWeights | None:
     """The registry's logged per-card weights of ``model`` in ``quant`` on an EP ``ep`` x TP ``tp`` layout.
 
-    A log applies to a layout only where :mod:`pdcalc.validation` reads the entry as that layout: one of
+    A log applies to a layout only where :mod:`pdcalc.reality.validation` reads the entry as that layout: one of
     its candidate layouts *consistent with the source* (:func:`pdcalc.weight_candidates`,
     ``consistent``) has the same model preset (:data:`pdcalc.MODEL_PRESETS`), scheme, EP
     group, TP degree and MTP draft, and a single pipeline stage. Where the source leaves the MTP draft
@@ -263,7 +264,7 @@ def logged_weights(model, quant: str, *, ep: int, tp: int = 1, mtp: bool = True)
     model : str
         A model preset name (``deepseek-v4-flash``, ``deepseek-v3``); a config file matches nothing.
     quant : str
-        The :mod:`pdcalc.quant` scheme of the checkpoint (``w8a8``).
+        The :mod:`pdcalc.model.quant` scheme of the checkpoint (``w8a8``).
     ep, tp : int
         Cards in the EP group (the instance) and the TP degree.
     mtp : bool
