@@ -63,6 +63,23 @@ MOVED: dict[str, tuple[str, ...]] = {
     "pdcalc.rerun": ("pdcalc.book.rerun", "pdcalc.book.parameters", "pdcalc.book.validators"),
 }
 
+
+
+def _card_field(field: str, default) -> dict:
+    from pdcalc.hardware.cards import card_names, get_card
+
+    return {n: getattr(get_card(n), field) for n in card_names() if getattr(get_card(n), field) is not None
+            and getattr(get_card(n), field) != default(get_card(n))}
+
+
+#: Old names whose value is a field of another object now: (old module, name) -> (what it is now, its value).
+RETIRED: dict[tuple[str, str], tuple[str, object]] = {
+    ("pdcalc.throughput", "RANKS_PER_CARD"): ("the card field ranks_per_card (pdcalc.hardware.cards.Card.ranks)",
+                                             lambda: _card_field("ranks_per_card", lambda c: 1)),
+    ("pdcalc.throughput", "SCALE_UP_DOMAIN"): ("the card field scale_up_cards (Card.scale_up_domain)",
+                                              lambda: _card_field("scale_up_cards", lambda c: c.cards_per_node)),
+}
+
 #: Old modules whose name is a package now (their ``__init__`` calls :func:`forward`).
 PACKAGES = frozenset({"pdcalc.model", "pdcalc.hardware", "pdcalc.plan"})
 
@@ -71,6 +88,10 @@ def lookup(old: str, name: str):
     """The object the old module ``old`` exported as ``name``, from where it lives now."""
     if name.startswith("_"):
         raise AttributeError(f"module {old!r} has no attribute {name!r}")
+    if (old, name) in RETIRED:
+        now, value = RETIRED[(old, name)]
+        warnings.warn(f"{old}.{name} is {now}; {old} is kept for one release", DeprecationWarning, stacklevel=3)
+        return value()
     for new in MOVED[old]:
         mod = importlib.import_module(new)
         if hasattr(mod, name):
@@ -115,4 +136,4 @@ def install() -> None:
         sys.meta_path.append(_Finder())
 
 
-__all__ = ["MOVED", "PACKAGES", "forward", "install", "lookup"]
+__all__ = ["MOVED", "PACKAGES", "RETIRED", "forward", "install", "lookup"]

@@ -60,7 +60,10 @@ FAMILIES = ("ascend", "nvidia")
 #: Scalar figures a card may set (``flops_per_s.<dtype>`` come on top, one per dtype).
 FIGURES = ("hbm_bytes", "hbm_visible_bytes", "hbm_marketed_bytes", "hbm_bandwidth_bytes_per_s",
            "hbm_bandwidth_bytes_per_s_range", "flops_per_s_range", "intra_node_bytes_per_s",
-           "scale_out_bytes_per_s", "cards_per_node")
+           "scale_out_bytes_per_s", "cards_per_node", "ranks_per_card", "scale_up_cards")
+#: Most devices (EP ranks) one card may expose, and most cards one scale-up fabric may join.
+MAX_RANKS_PER_CARD = 16
+MAX_SCALE_UP_CARDS = 65_536
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +83,9 @@ class Card:
     hbm_marketed_bytes: float | None = None     # the datasheet's figure, for comparison only
     hbm_bandwidth_bytes_per_s_range: tuple | None = None  # [low, high] where sources disagree
     flops_per_s_range: tuple | None = None
+    ranks_per_card: int | None = None          # devices (EP ranks) the runtime makes of one card (None: 1)
+    scale_up_cards: int | None = None          # cards one scale-up fabric joins (None: cards_per_node)
+    preset: bool = field(default=False, compare=False)  # a preset of pdcalc/data/hardware.toml, not a user's file
     source: str = ""                            # one-line summary for tables
     sources: dict = field(default_factory=dict, repr=False)  # figure -> document and quote
     assumed: tuple = ()                         # figures no public source gives
@@ -114,17 +120,28 @@ class Card:
     def provenance(self) -> list[dict]:
         """One row per figure: ``figure``, ``value``, ``unit``, ``assumed`` (bool) and ``source``, for a
         chapter's table of where each number comes from."""
-        units = {"hbm": "bytes", "intra": "bytes/s", "scale": "bytes/s", "flops": "FLOP/s", "cards": "cards"}
+        units = {"hbm": "bytes", "intra": "bytes/s", "scale": "bytes/s", "flops": "FLOP/s", "cards": "cards",
+                 "ranks_per_card": "devices", "scale_up_cards": "cards"}
         rows = []
         for figure in self.figures():
             if figure.startswith("flops_per_s."):
                 value = self.flops_per_s[figure.split(".", 1)[1]]
             else:
                 value = getattr(self, figure)
-            unit = "bytes/s" if "bytes_per_s" in figure else units[figure.split("_")[0]]
+            unit = ("bytes/s" if "bytes_per_s" in figure else units.get(figure) or units[figure.split("_")[0]])
             rows.append({"figure": figure, "value": value, "unit": unit, "assumed": figure in self.assumed,
                          "source": self.source_of(figure)})
         return rows
+
+    @property
+    def ranks(self) -> int:
+        """EP ranks one card holds (a 910C package exposes its two dies as two devices)."""
+        return self.ranks_per_card or 1
+
+    @property
+    def scale_up_domain(self) -> int:
+        """Cards that reach each other over the scale-up fabric (NVLink, HCCS, UB)."""
+        return self.scale_up_cards or self.cards_per_node
 
     @property
     def usable_base_bytes(self) -> float:
@@ -165,6 +182,9 @@ def _check_figures(card: Card) -> None:
         check(f"flops_per_s.{k}", checks.number, v, low=0, high=MAX_FLOPS_PER_S, low_open=True, unit="FLOP/s")
     cards = check("cards_per_node", checks.integer, card.cards_per_node, low=1, high=MAX_CARDS_PER_NODE)
     object.__setattr__(card, "cards_per_node", cards)  # 8.0 -> 8
+    for name, high in (("ranks_per_card", MAX_RANKS_PER_CARD), ("scale_up_cards", MAX_SCALE_UP_CARDS)):
+        if getattr(card, name) is not None:
+            object.__setattr__(card, name, check(name, checks.integer, getattr(card, name), low=1, high=high))
     check("label", checks.text, card.label)
     check("source", checks.text, card.source, allow_empty=True)
     if card.hbm_visible_bytes is not None:
@@ -235,11 +255,13 @@ def _checked_range(src: str, name: str, value, high: float, unit: str) -> tuple:
     return tuple(value)
 
 
-_FIELDS = set(Card.__dataclass_fields__) - {"name", "extra"}
+_FIELDS = set(Card.__dataclass_fields__) - {"name", "extra", "preset"}
 
 
-def card_from_dict(data: dict, *, name: str, source_file: str) -> Card:
-    """A :class:`Card` from the table of a preset or of a user's TOML file (``source_file`` names it in errors)."""
+def card_from_dict(data: dict, *, name: str, source_file: str, preset: bool = False) -> Card:
+    """A :class:`Card` from the table of a preset (``preset``) or of a user's TOML file (``source_file`` names it
+    in errors). A user's card is never taken for a preset, whatever its file is called: published figures
+    measured on a preset apply to it only as carried shares (:func:`pdcalc.perf.kernels.nearest_card`)."""
     if not isinstance(data, dict):
         raise ConfigError(source_file, None, f"expected a table of card fields, got {checks.show(data)}")
     known = {k: v for k, v in data.items() if k in _FIELDS}
@@ -252,7 +274,7 @@ def card_from_dict(data: dict, *, name: str, source_file: str) -> Card:
             raise ConfigError(source_file, required, "missing")
     known.setdefault("label", name)
     try:
-        return Card(name=name, extra={k: v for k, v in data.items() if k not in _FIELDS}, **known)
+        return Card(name=name, extra={k: v for k, v in data.items() if k not in _FIELDS}, preset=preset, **known)
     except ConfigError as exc:
         raise ConfigError(source_file, exc.field, exc.message) from None
 
@@ -277,7 +299,7 @@ def get_card(name: str | Path | Card) -> Card:
     key = str(name)
     presets = _presets()
     if key in presets:
-        return card_from_dict(presets[key], name=key, source_file="pdcalc/data/hardware.toml")
+        return card_from_dict(presets[key], name=key, source_file="pdcalc/data/hardware.toml", preset=True)
     if key.strip() and (Path(key).suffix == ".toml" or _exists(key)):
         path = Path(key)
         return card_from_dict(load_toml(path, key), name=path.stem, source_file=key)

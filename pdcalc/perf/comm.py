@@ -14,7 +14,7 @@ from pdcalc.core.errors import ConfigError
 from pdcalc.hardware.cards import Card, get_card
 from pdcalc.layout.parallel import allreduce_bytes, expected_remote_cards, place_experts
 from pdcalc.perf.flops import sum_capped_floor
-from pdcalc.perf.kernels import GEMM_REFERENCE, RANKS_PER_CARD, SCALE_UP_DOMAIN, CostSource, cost_tables, nearest_card
+from pdcalc.perf.kernels import GEMM_REFERENCE, CostSource, cost_tables, nearest_card
 from pdcalc.perf.shape import as_array, check_eff, check_int, check_phase, model_shape, scalar_or_array
 
 DEFAULT_COMM_EFF = 0.7   # assumed share of the link bandwidth reached by all-reduce and all-to-all
@@ -131,12 +131,13 @@ FP8_SCALE_BYTES_PER_VALUE = 4 / 128
 
 # --------------------------------------------------------------------- MoE dispatch / combine
 def ranks_per_card(card: Card) -> int:
-    return RANKS_PER_CARD.get(card.name, 1)
+    """EP ranks one card holds (:attr:`pdcalc.hardware.cards.Card.ranks`)."""
+    return card.ranks
 
 
 def _domain(card: Card) -> int:
-    """Cards that reach each other over the scale-up fabric (NVLink, HCCS, UB)."""
-    return SCALE_UP_DOMAIN.get(card.name, card.cards_per_node)
+    """Cards that reach each other over the scale-up fabric (:attr:`pdcalc.hardware.cards.Card.scale_up_domain`)."""
+    return card.scale_up_domain
 
 
 def _interp_log2(x, xs, ys):
@@ -262,7 +263,7 @@ def ep_message_seconds(card, *, mode: str, operation: str, ep: int, tokens_per_c
 
     with ``b`` the bytes of one copy (FP8 with its scales, or BF16), ``f`` the share of ranks on other
     nodes, ``rho`` the max/mean load of the hottest rank (:func:`imbalance_factor`) and ``alpha``,
-    ``beta`` from :func:`ep_message_cost`. Per rank: a card of several ranks (:data:`RANKS_PER_CARD`)
+    ``beta`` from :func:`ep_message_cost`. Per rank: a card of several ranks (``ranks_per_card`` of the card preset)
     splits its tokens over them. Routing is uniform over experts (DeepSeek-V3's group-limited routing,
     at most 4 nodes per token, is not modelled: the node count is an upper bound).
     """

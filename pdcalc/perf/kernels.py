@@ -18,14 +18,6 @@ GEMM_REFERENCE = ("h800", "fp8")
 #: Where a card has no published figure of a kind, the card its efficiency is carried from: the
 #: measured card of the same maker (``hardware.toml`` ``family``).
 NEAREST_CARD = {"nvidia": "h800", "ascend": "ascend-910c"}
-#: Devices (EP ranks) per card where a card is a package of several: a 910C package holds two dies and
-#: CANN exposes each as its own device (arXiv 2506.12708; the A3 runs of pdcalc/data/measurements.toml
-#: launch 16 ranks on 8 packages).
-RANKS_PER_CARD = {"ascend-910c": 2}
-#: Cards whose scale-up fabric spans more than a server, in cards: the CloudMatrix384 supernode links its
-#: 384 910C NPUs over the UB plane (arXiv 2506.12708), and DeepEP-Ascend's A3 tables are 'Intranode' at
-#: every EP size.
-SCALE_UP_DOMAIN = {"ascend-910c": 384}
 
 
 @dataclass(frozen=True)
@@ -50,8 +42,9 @@ def cost_tables():
 
 
 def nearest_card(card: Card, have) -> str:
-    """``card`` itself if it has a figure (``have``: card names), else its maker's measured card, else H800."""
-    if card.name in have:
+    """``card`` itself if it is a preset with a figure (``have``: card names), else its maker's measured card,
+    else H800. A user's card file is never matched by its name: its figures are always carried."""
+    if card.preset and card.name in have:
         return card.name
     near = NEAREST_CARD.get(card.family)
     return near if near in have else GEMM_REFERENCE[0]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdcalc.core.errors import LayoutError
+from pdcalc.hardware.cards import get_card
 from pdcalc.perf import step as throughput
-from pdcalc.perf.kernels import RANKS_PER_CARD
 from pdcalc.reality import measurements as reg
 from pdcalc.reality.bands import BANDS, MODEL_PRESETS, NO_PRESET, THROUGHPUT_BANDS, Band
 
@@ -289,7 +289,7 @@ def throughput_setup(mid: str) -> ThroughputSetup:
         notes.append(f"Card {card}: {CARD_ALIASES[m.card][1]}.")
     quant = _quant(m.quantization) or o.quant
     phase = "prefill" if m.quantity == "prefill_throughput" else "decode"
-    rpc = RANKS_PER_CARD.get(card, 1)
+    rpc = get_card(card).ranks
     tp = m.tp if m.tp is not None else o.tp
     gaps = [what for what, missing in (
         ("the checkpoint's quantization", quant is None), ("the attention TP size", tp is None),
@@ -303,7 +303,7 @@ def throughput_setup(mid: str) -> ThroughputSetup:
                              "assumption is recorded")
     ep_ranks = o.ep if o.ep is not None else m.ep
     phase_cards = (m.decode_cards if phase == "decode" else m.prefill_cards) or m.cards
-    # the registry counts ranks; a card of several dies (RANKS_PER_CARD) holds as many ranks
+    # the registry counts ranks; a card of several dies (Card.ranks) holds as many ranks
     per = rpc if rpc > 1 and ep_ranks and (not phase_cards or ep_ranks > phase_cards) else 1
     ep = None if (o.moe_tp or not ep_ranks or ep_ranks == 1) else ep_ranks // per
     tp_cards = max(1, tp // per) if per > 1 else tp
