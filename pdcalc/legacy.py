@@ -66,10 +66,10 @@ MOVED: dict[str, tuple[str, ...]] = {
 
 
 def _card_field(field: str, default) -> dict:
-    from pdcalc.hardware.cards import card_names, get_card
-
-    return {n: getattr(get_card(n), field) for n in card_names() if getattr(get_card(n), field) is not None
-            and getattr(get_card(n), field) != default(get_card(n))}
+    cards = importlib.import_module("pdcalc.hardware.cards")
+    return {n: getattr(cards.get_card(n), field) for n in cards.card_names()
+            if getattr(cards.get_card(n), field) is not None
+            and getattr(cards.get_card(n), field) != default(cards.get_card(n))}
 
 
 #: Old names whose value is a field of another object now: (old module, name) -> (what it is now, its value).

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from pdcalc.core.errors import ConfigError, UnknownNameError
@@ -114,7 +116,30 @@ def test_ascend_memory():
 
 def test_every_preset_has_a_family():
     assert {get_card(n).family for n in card_names()} == set(FAMILIES)
-    assert {n for n in card_names() if get_card(n).family == "nvidia"} == {"h100", "h800", "h20", "h200", "b200"}
+    assert {n for n in card_names() if get_card(n).family == "nvidia"} == {"h100", "h800", "h20", "h200", "b200",
+                                                                          "b300", "gb200", "gb300"}
+    assert {n for n in card_names() if get_card(n).family == "ascend"} == {
+        "ascend-910b2", "ascend-910b3", "ascend-910b4", "ascend-910b4-32g", "ascend-910c", "ascend-910c-die"}
+
+
+def test_a_card_file_named_like_a_preset_is_not_the_preset(tmp_path):
+    """A user's card is never taken for a preset by its file name: published figures measured on the preset
+    reach it only as carried shares (pdcalc.perf.kernels.nearest_card), and it keeps its own device counts."""
+    import tomllib
+
+    from pdcalc.perf.kernels import nearest_card
+
+    raw = tomllib.loads((Path(__file__).parents[1] / "pdcalc" / "data" / "hardware.toml").read_text())["ascend-910c"]
+    raw = {k: v for k, v in raw.items() if k not in ("sources", "ranks_per_card", "scale_up_cards")}
+    f = tmp_path / "ascend-910c.toml"
+    f.write_text("\n".join(f"{k} = {v!r}" if not isinstance(v, dict) else
+                           f"{k} = {{ {', '.join(f'{a} = {b!r}' for a, b in v.items())} }}" for k, v in raw.items()))
+    mine, preset = get_card(str(f)), get_card("ascend-910c")
+    assert mine.name == preset.name == "ascend-910c" and preset.preset and not mine.preset
+    assert (mine.ranks, mine.scale_up_domain) == (1, 8) and (preset.ranks, preset.scale_up_domain) == (2, 384)
+    assert nearest_card(preset, {"ascend-910c", "h800"}) == "ascend-910c"
+    assert nearest_card(mine, {"ascend-910c", "h800"}) == "ascend-910c"     # carried from the family's card
+    assert nearest_card(mine, {"h800"}) == "h800"
 
 
 def test_required_presets_exist():

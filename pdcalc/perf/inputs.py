@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pdcalc.core.checks import tp_problem
+from pdcalc.core.checks import MAX_CARDS, tp_problem
 from pdcalc.core.errors import LayoutError, UnknownNameError
 from pdcalc.hardware.cards import Card, get_card
 from pdcalc.layout.parallel import place_experts
@@ -124,6 +124,8 @@ def _check_experts(s: ModelShape, tp, dp, ep, redundant_experts, mtp_steps) -> i
     check_int("redundant_experts", redundant_experts, low=0)
     check_int("mtp_steps", mtp_steps, low=0)
     cards = tp * dp
+    if cards > MAX_CARDS:
+        raise LayoutError(f"tp x dp = {tp} x {dp} = {cards:,} cards; at most {MAX_CARDS:,}")
     if ep is not None:
         check_int("ep", ep)
         if cards % ep:

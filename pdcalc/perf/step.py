@@ -129,7 +129,8 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
          dispatch_bytes: float = DEFAULT_DISPATCH_BYTES, combine_bytes: float = DEFAULT_COMBINE_BYTES,
          engine: str | None = None, costs: str | None = None, mtp_steps: int = 0,
          mtp_acceptance: float | None = None, eplb: bool | None = None, redundant_experts: int = 0,
-         graph: bool = True, overlap_model: str | None = None, beyond: bool = True) -> StepTime:
+         graph: bool = True, overlap_model: str | None = None, beyond: bool = True,
+         whole_prompts: bool = True) -> StepTime:
     """Time and throughput of one step of ``model`` on ``tp x dp`` cards of ``card``: the held bytes
     (:func:`pdcalc.perf.inputs.held_bytes`) and the step's terms under the cost model ``costs``
     (:func:`pdcalc.perf.roofline.roofline_step` or :func:`pdcalc.perf.published.published_step`, scaled by
@@ -180,6 +181,10 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
         Published costs: scale the step by what a whole profiled step takes beyond its kernels
         (:func:`beyond_kernels`: prefill only, from DeepSeek's prefill profile). ``False``: the kernel sum
         alone. Unused by the roofline.
+    whole_prompts
+        Prefill: a prompt is never split across DP ranks (each rank holds its own sequences), so fewer prompts
+        than ranks take the time of one prompt per busy rank. ``False``: ``concurrency`` may be a fraction of a
+        prompt per rank (a chunk of a long prompt, as chunked prefill schedules it).
     """
     x = resolve(model, card, tp=tp, dp=dp, ep=ep, context=context, concurrency=concurrency, phase=phase,
                 quant=quant, mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap, compute_dtype=compute_dtype,
@@ -189,9 +194,20 @@ def step(model, card, *, tp: int, dp: int, ep: int | None = None, context,
                 mtp_acceptance=mtp_acceptance, eplb=eplb, redundant_experts=redundant_experts, graph=graph,
                 overlap_model=overlap_model, beyond=beyond)
     stored = held_bytes(x)
+    if x.prefill and whole_prompts:
+        work = np.maximum(x.S, x.dp * np.minimum(x.S, 1.0))       # busy ranks take a whole prompt each
+        if np.any(work != x.S):
+            done = _terms(dataclasses.replace(x, S=work))
+            done["tokens"] = x.S * x.L
+            return _assemble(x, done, stored, published=x.costs == "published")
+    return _assemble(x, _terms(x), stored, published=x.costs == "published")
+
+
+def _terms(x: StepInputs) -> dict:
+    """The step's terms under its cost model."""
     if x.costs == "published":
-        return _assemble(x, _beyond(x, published_step(x)), stored, published=True)
-    return _assemble(x, roofline_step(x), stored, published=False)
+        return _beyond(x, published_step(x))
+    return roofline_step(x)
 
 
 def _beyond(x: StepInputs, r: dict) -> dict:
