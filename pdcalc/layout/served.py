@@ -35,6 +35,7 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     concurrency = 1024              # closed loop; and/or request_rate (requests/s)
     num_prompts = 4096              # optional
     dataset = "random"              # optional
+    min_length_ratio = 1.0          # optional: lengths drawn from [ratio x length, length] per request
 
 Cards are counted as the engine counts devices: an Atlas A3 node has 16 (``ascend-910c-die``). Every field is
 checked; an unknown or misspelt field is an error naming it, as is a layout that cannot exist (a TP degree the
@@ -54,13 +55,18 @@ from pdcalc.core.errors import ConfigError, PdcalcError, load_toml
 
 #: Serving engines a spec may name, each with the KV-cache layout it keeps (:data:`pdcalc.model.kv_layout.ENGINES`;
 #: None: the card family's) and the benchmark client its published runs use.
+#: ``schedule`` is how a co-located rank fits prefill beside decode: ``mixed``, prompt chunks and decode tokens
+#: in one step under the token budget (vLLM v1's scheduler, TensorRT-LLM's in-flight batching); ``prefill-first``,
+#: a step of waiting prompts runs on its own and the decode batch waits for it (SGLang's scheduler without
+#: ``--enable-mixed-chunk``, MindIE's default).
 SERVING_ENGINES: dict[str, dict] = {
-    "vllm": {"kv_layout": "vllm", "client": "vllm bench serve"},
-    "vllm-ascend": {"kv_layout": "vllm-ascend", "client": "vllm bench serve / AISBench"},
-    "sglang": {"kv_layout": None, "client": "sglang.bench_serving"},
-    "trtllm": {"kv_layout": "vllm", "client": "trtllm-serve + benchmark_serving / trtllm-bench"},
-    "mindie": {"kv_layout": "vllm-ascend", "client": "AISBench"},
-    "omni-infer": {"kv_layout": "vllm-ascend", "client": "vllm benchmark_serving"},
+    "vllm": {"kv_layout": "vllm", "client": "vllm bench serve", "schedule": "mixed"},
+    "vllm-ascend": {"kv_layout": "vllm-ascend", "client": "vllm bench serve / AISBench", "schedule": "mixed"},
+    "sglang": {"kv_layout": None, "client": "sglang.bench_serving", "schedule": "prefill-first"},
+    "trtllm": {"kv_layout": "vllm", "client": "trtllm-serve + benchmark_serving / trtllm-bench",
+               "schedule": "mixed"},
+    "mindie": {"kv_layout": "vllm-ascend", "client": "AISBench", "schedule": "prefill-first"},
+    "omni-infer": {"kv_layout": "vllm-ascend", "client": "vllm benchmark_serving", "schedule": "mixed"},
 }
 #: KV-cache formats a spec may name (each engine's layout says which it stores).
 KV_DTYPES = ("auto", "bf16", "fp8", "fp8_ds_mla", "int8")
@@ -73,7 +79,7 @@ ROLES = ("serve", "prefill", "decode")
 _TOP = ("model", "card", "quant", "engine", "kv_dtype", "graph", *ROLES, "mtp", "workload")
 _ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens")
 _MTP = ("draft_tokens", "acceptance")
-_WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset")
+_WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +113,12 @@ class Mtp:
 @dataclass(frozen=True, kw_only=True)
 class ServedWorkload:
     """What the benchmark client sends: a closed loop of ``concurrency`` requests and/or an open loop of
-    ``request_rate`` requests per second (``math.inf``: all at once), ``num_prompts`` in all."""
+    ``request_rate`` requests per second (``math.inf``: all at once), ``num_prompts`` in all.
+
+    ``prompt`` and ``output`` are the lengths asked for; with ``min_length_ratio`` r < 1 each request's lengths
+    are drawn uniformly from ``[r x length, length]``, as SGLang's ``bench_serving --random-range-ratio r`` draws
+    them (its default, when the flag is absent, is 0: lengths from 1 to the stated one). vLLM's ``--random-range-
+    ratio`` draws symmetrically about the stated length, whose mean that is: leave it at 1."""
 
     prompt: int
     output: int
@@ -115,6 +126,17 @@ class ServedWorkload:
     request_rate: float | None = None
     num_prompts: int | None = None
     dataset: str = "random"
+    min_length_ratio: float = 1.0
+
+    @property
+    def mean_prompt(self) -> float:
+        """Mean prompt tokens per request."""
+        return max(1.0, self.prompt * (1 + self.min_length_ratio) / 2)
+
+    @property
+    def mean_output(self) -> float:
+        """Mean output tokens per request."""
+        return max(1.0, self.output * (1 + self.min_length_ratio) / 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +241,9 @@ def _workload(source: str, table) -> ServedWorkload:
             raise ConfigError(source, "[workload] dataset", f"unknown dataset {checks.show(ds)}; known: "
                               f"{', '.join(DATASETS)}")
         kw["dataset"] = ds
+    if "min_length_ratio" in table:
+        kw["min_length_ratio"] = check(checks.number, "min_length_ratio", table["min_length_ratio"], low=0.0,
+                                       high=1.0)
     return ServedWorkload(**kw)
 
 

@@ -4,9 +4,14 @@ from a fixed seed); each DP rank schedules continuous batches under its token bu
 reports what ``vllm bench serve`` and SGLang's ``bench_serving`` report: output tokens over the run's duration,
 mean TTFT and mean TPOT, ``(latency - TTFT) / (output - 1)`` per request.
 
-Co-located ranks put a chunk of waiting prompts into each step beside their decode batch (chunked prefill);
-disaggregated prefill ranks batch whole prompts up to their budget, and each request then waits for its KV
-transfer and a decode rank with room. Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
+The DP ranks of one instance step together: the MoE layers of a step span them all (expert parallel, or
+SGLang's DP attention beside a tensor-parallel MoE), so a step lasts as long as its slowest rank's and a rank
+with nothing to do runs an empty one. Co-located ranks schedule prefill as their engine does
+(:data:`pdcalc.layout.served.SERVING_ENGINES`): a chunk of waiting prompts beside the decode batch within the
+token budget (``mixed``), or a step of waiting prompts on its own while the decode batch waits
+(``prefill-first``). Disaggregated prefill ranks batch whole prompts up to their budget, and each request then
+waits for its KV transfer and a decode rank with room. Request lengths are the stated ones or drawn as the
+client draws them (``min_length_ratio``). Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
 kernel time plus a host time per step. Between two events (a request arriving or finishing) a rank's decode
 steps are alike, so they advance in one timeout; a run's events grow with its requests, not its tokens.
 
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from pdcalc.perf.served import ServedTables, ServedTerms
+from pdcalc.perf.served import ServedTables, ServedTerms, chunk_s
 
 #: Seed of the open loop's arrival times (a run is reproducible).
 SEED = 20261202
@@ -44,26 +49,38 @@ class ClientReport:
 
 
 class _Req:
-    __slots__ = ("sent", "first", "done", "left")
+    __slots__ = ("sent", "first", "done", "left", "prompt", "out")
 
-    def __init__(self, sent: float):
-        self.sent, self.first, self.done, self.left = sent, math.nan, math.nan, 0.0
+    def __init__(self, sent: float, prompt: float, out: float):
+        self.sent, self.first, self.done = sent, math.nan, math.nan
+        self.prompt, self.out, self.left = prompt, out, out
 
 
-class _Rank:
-    """One DP rank: a prefill queue (co-located) and a decode batch, stepping while it has work."""
+class _Lane:
+    """One DP rank's work: prompts waiting for prefill (co-located) and the sequences it decodes."""
 
-    def __init__(self, sim: _Sim, *, prefill: bool):
-        self.sim, self.prefill = sim, prefill
-        self.queue: deque = deque()        # [request, prompt tokens left] waiting for prefill (co-located)
-        self.batch: list = []              # requests decoding
+    __slots__ = ("inst", "queue", "batch")
+
+    def __init__(self, inst: _Instance):
+        self.inst = inst
+        self.queue: deque = deque()        # [request, prompt tokens left]
+        self.batch: list = []
+
+    def load(self) -> int:
+        return len(self.batch) + len(self.queue)
+
+
+class _Instance:
+    """One instance of the serving role: its DP ranks step together (the MoE layers of one step span them all,
+    so a step lasts as long as its slowest rank's, and a rank with nothing to do runs an empty step)."""
+
+    def __init__(self, sim: _Sim, dp: int):
+        self.sim = sim
+        self.lanes = [_Lane(self) for _ in range(dp)]
         self.wake = sim.env.event()
         self.busy_time = 0.0
         self.batch_time = 0.0
         sim.env.process(self.run())
-
-    def load(self) -> int:
-        return len(self.batch) + len(self.queue)
 
     def notify(self) -> None:
         if not self.wake.triggered:
@@ -72,50 +89,67 @@ class _Rank:
     def _step_s(self, b: int, chunk: float) -> float:
         s = self.sim
         dec = s.kd * float(np.interp(b, s.t.decode.batch, s.t.decode.decode_s)) if b else 0.0
-        pre = s.kp * float(np.interp(chunk, s.t.prefill.chunk_tokens, s.t.prefill.chunk_s)) if chunk else 0.0
+        pre = s.kp * float(chunk_s(s.t.prefill, chunk, mixed=b > 0)) if chunk else 0.0
         return dec + pre + s.h
 
-    def _advance(self, steps: float) -> None:
+    def _advance(self, lane: _Lane, steps: float) -> None:
         a, now = self.sim.t.emitted, self.sim.env.now
         keep = []
-        for r in self.batch:
+        for r in lane.batch:
             r.left -= steps * a
             if r.left <= 1e-9:
                 self.sim.finish(r, now)
             else:
                 keep.append(r)
-        self.batch = keep
+        lane.batch = keep
+
+    def _plan(self, lane: _Lane) -> tuple[int, float]:
+        """What a rank runs in the next step: sequences decoding and prompt tokens prefilled."""
+        sim = self.sim
+        b = len(lane.batch)
+        first = sim.t.schedule == "prefill-first"
+        room = sim.t.prefill.budget - (0 if first else b)
+        if lane.queue and room > 0:
+            chunk = min(room, sum(q[1] for q in lane.queue))
+            return (0 if first else b), chunk
+        return b, 0.0
+
+    def _prefilled(self, lane: _Lane, chunk: float) -> None:
+        sim, now = self.sim, self.sim.env.now
+        left = chunk
+        while left > 1e-9 and lane.queue:
+            q = lane.queue[0]
+            take = min(left, q[1])
+            q[1] -= take
+            left -= take
+            if q[1] <= 1e-9:
+                lane.queue.popleft()
+                sim.first_token(q[0], now)
+                if q[0].left > 1e-9:
+                    lane.batch.append(q[0])
 
     def run(self):
         env, sim = self.sim.env, self.sim
         while True:
-            if not self.batch and not self.queue:
+            if not any(ln.batch or ln.queue for ln in self.lanes):
                 self.wake = env.event()
                 yield self.wake
                 continue
-            b = len(self.batch)
-            room = sim.t.prefill.budget - b
-            if self.queue and room > 0:                      # a step with a prefill chunk
-                chunk = min(room, sum(q[1] for q in self.queue))
-                dt = self._step_s(b, chunk)
+            plans = [self._plan(ln) for ln in self.lanes]
+            if any(chunk for _, chunk in plans):             # a step with prefill on some rank
+                dt = max(self._step_s(b, chunk) for b, chunk in plans)
                 yield env.timeout(dt)
                 self.busy_time += dt
-                self.batch_time += dt * b
-                self._advance(1)
-                left = chunk
-                while left > 1e-9 and self.queue:
-                    q = self.queue[0]
-                    take = min(left, q[1])
-                    q[1] -= take
-                    left -= take
-                    if q[1] <= 1e-9:
-                        self.queue.popleft()
-                        sim.first_token(q[0], env.now)
-                        self.batch.append(q[0])
+                for ln, (b, chunk) in zip(self.lanes, plans):
+                    self.batch_time += dt * b
+                    if b:
+                        self._advance(ln, 1)
+                    if chunk:
+                        self._prefilled(ln, chunk)
                 continue
-            # decode steps alike until the next finish, or until woken by an arrival
-            dt = self._step_s(b, 0.0)
-            n = max(1, math.ceil(min(r.left for r in self.batch) / sim.t.emitted - 1e-9))
+            # decode steps alike on every rank until the next finish, or until woken by an arrival
+            dt = max(self._step_s(b, 0.0) for b, _ in plans)
+            n = max(1, math.ceil(min(r.left for ln in self.lanes for r in ln.batch) / sim.t.emitted - 1e-9))
             self.wake = env.event()
             start = env.now
             yield env.any_of([env.timeout(n * dt), self.wake])
@@ -123,8 +157,9 @@ class _Rank:
             if steps * dt > env.now - start + 1e-12:          # finish the step in flight
                 yield env.timeout(steps * dt - (env.now - start))
             self.busy_time += steps * dt
-            self.batch_time += steps * dt * b
-            self._advance(steps)
+            for ln, (b, _) in zip(self.lanes, plans):
+                self.batch_time += steps * dt * b
+                self._advance(ln, steps)
 
 
 class _PrefillRank:
@@ -140,14 +175,13 @@ class _PrefillRank:
         while True:
             first = yield sim.prefill_queue.get()
             batch = [first]
-            tokens = t.spec.workload.prompt
-            while sim.prefill_queue.items and tokens + t.spec.workload.prompt <= max(t.prefill.budget, tokens):
-                batch.append((yield sim.prefill_queue.get()))
-                tokens += t.spec.workload.prompt
+            tokens = first.prompt
+            while sim.prefill_queue.items and tokens + sim.prefill_queue.items[0].prompt <= t.prefill.budget:
+                nxt = yield sim.prefill_queue.get()
+                batch.append(nxt)
+                tokens += nxt.prompt
             p = t.prefill
-            kernels = (np.interp(tokens, p.chunk_tokens, p.chunk_s) if tokens <= p.budget
-                       else tokens / p.budget * p.chunk_s[-1])
-            yield env.timeout(sim.kp * float(kernels) + sim.h * max(1.0, tokens / p.budget))
+            yield env.timeout(sim.kp * float(chunk_s(p, tokens, mixed=False)) + sim.h * max(1.0, tokens / p.budget))
             for r in batch:
                 env.process(sim.to_decode(r))
 
@@ -161,7 +195,9 @@ class _Sim:
         self.sent = 0
         w = t.spec.workload
         colo = not t.spec.disaggregated
-        self.ranks = [_Rank(self, prefill=colo) for _ in range(t.decode.ranks)]
+        dp = max(1, min(t.decode.dp, t.decode.ranks))
+        self.instances = [_Instance(self, dp) for _ in range(max(1, t.decode.ranks // dp))]
+        self.lanes = [ln for inst in self.instances for ln in inst.lanes]
         if not colo:
             self.prefill_queue = simpy.Store(self.env)
             for _ in range(t.prefill.ranks):
@@ -169,6 +205,8 @@ class _Sim:
         self.cap = t.decode.max_batch
         self.waiting: deque = deque()           # requests with no rank room yet
         self.scale_factor = 1.0
+        self.rng = np.random.default_rng(SEED + 1)
+        self.slot = None                        # an open loop's wait for a concurrency slot
         if w.concurrency is not None and (w.request_rate is None or w.request_rate == math.inf):
             for _ in range(min(w.concurrency, n)):
                 self.send()
@@ -176,17 +214,30 @@ class _Sim:
             self.env.process(self.open_loop(w.request_rate))
 
     def open_loop(self, rate: float):
+        """Arrivals at ``rate`` (Poisson); with a concurrency as well, an arrival waits for one of its slots
+        and is timed from when it is sent (``--max-concurrency`` beside ``--request-rate``)."""
         rng = np.random.default_rng(SEED)
+        cap = self.t.spec.workload.concurrency
         while self.sent < self.n:
+            while cap is not None and self.sent - len(self.done) >= cap:
+                self.slot = self.env.event()
+                yield self.slot
             self.send()
             if rate != math.inf:
                 yield self.env.timeout(float(rng.exponential(1 / rate)))
 
+    def lengths(self, w) -> tuple[float, float]:
+        """A request's prompt and output tokens: the stated ones, or drawn as SGLang's client draws them."""
+        if w.min_length_ratio >= 1.0:
+            return float(w.prompt), float(w.output)
+        r = w.min_length_ratio
+        return (float(self.rng.integers(max(int(w.prompt * r), 1), w.prompt + 1)),
+                float(max(1, self.rng.integers(int(w.output * r), w.output + 1))))
+
     def send(self) -> None:
-        r = _Req(self.env.now)
-        self.sent += 1
         w = self.t.spec.workload
-        r.left = float(w.output)
+        r = _Req(self.env.now, *self.lengths(w))
+        self.sent += 1
         if self.t.spec.disaggregated:
             self.prefill_queue.put(r)
         else:
@@ -197,11 +248,12 @@ class _Sim:
         """Co-located: waiting requests to the least-loaded rank with room under its sequence cap."""
         w = self.t.spec.workload
         while self.waiting:
-            rank = min(self.ranks, key=_Rank.load)
-            if rank.load() >= self.cap:
+            lane = min(self.lanes, key=_Lane.load)
+            if lane.load() >= self.cap:
                 return
-            rank.queue.append([self.waiting.popleft(), float(w.prompt)])
-            rank.notify()
+            r = self.waiting.popleft()
+            lane.queue.append([r, r.prompt])
+            lane.inst.notify()
 
     def first_token(self, r: _Req, now: float) -> None:
         r.first = now
@@ -216,14 +268,14 @@ class _Sim:
 
     def place(self) -> None:
         while self.waiting:
-            rank = min(self.ranks, key=_Rank.load)
-            if rank.load() >= self.cap:
+            lane = min(self.lanes, key=_Lane.load)
+            if lane.load() >= self.cap:
                 return
             r = self.waiting.popleft()
             r.first = self.env.now
             r.left -= 1.0
-            rank.batch.append(r)
-            rank.notify()
+            lane.batch.append(r)
+            lane.inst.notify()
 
     def finish(self, r: _Req, now: float) -> None:
         r.done = now
@@ -236,6 +288,8 @@ class _Sim:
         if w.concurrency is not None and (w.request_rate is None or w.request_rate == math.inf) \
                 and self.sent < self.n:
             self.send()
+        elif self.slot is not None and not self.slot.triggered:
+            self.slot.succeed()
 
 
 def simulate(t: ServedTables, terms: ServedTerms = ServedTerms(), *, num_prompts: int | None = None) -> ClientReport:
@@ -254,10 +308,11 @@ def simulate(t: ServedTables, terms: ServedTerms = ServedTerms(), *, num_prompts
     start = min(r.sent for r in reqs)
     end = max(r.done for r in reqs)
     ttft = np.array([r.first - r.sent for r in reqs])
-    tpot = np.array([(r.done - r.first) / (w.output - 1) for r in reqs]) if w.output > 1 else np.zeros(len(reqs))
-    busy = sum(rk.busy_time for rk in sim.ranks)
-    batch = sum(rk.batch_time for rk in sim.ranks) / busy if busy else 0.0
-    return ClientReport(output_tokens_per_s=len(reqs) * w.output / (end - start) / sim.scale_factor,
+    many = [r for r in reqs if r.out > 1]              # the clients time TPOT over requests of 2+ tokens
+    tpot = np.array([(r.done - r.first) / (r.out - 1) for r in many]) if many else np.zeros(1)
+    busy = sum(inst.busy_time for inst in sim.instances) * max(1, len(sim.lanes) // len(sim.instances))
+    batch = sum(inst.batch_time for inst in sim.instances) / busy if busy else 0.0
+    return ClientReport(output_tokens_per_s=sum(r.out for r in reqs) / (end - start) / sim.scale_factor,
                         mean_ttft_s=float(ttft.mean()), mean_tpot_s=float(tpot.mean()), duration_s=end - start,
                         completed=len(reqs), mean_batch=batch)
 
@@ -268,15 +323,21 @@ def _scaled(t: ServedTables, terms: ServedTerms, n: int, scale: float) -> _Sim:
     from dataclasses import replace
 
     w = t.spec.workload
-    ranks_d = max(1, round(t.decode.ranks * scale))
+    inst_d = t.decode.ranks // t.decode.dp
+    if inst_d > 1:                          # fewer instances of the same size
+        ranks_d = max(1, round(inst_d * scale)) * t.decode.dp
+        dp_d = t.decode.dp
+    else:                                   # one instance: fewer ranks in it
+        ranks_d = dp_d = max(1, round(t.decode.ranks * scale))
     ranks_p = max(1, round(t.prefill.ranks * scale))
     f = ranks_d / t.decode.ranks
     work = replace(w, concurrency=max(1, round(w.concurrency * f)) if w.concurrency else None,
                    request_rate=w.request_rate * f if w.request_rate not in (None, math.inf) else w.request_rate,
                    num_prompts=max(1, round(n * f)))
     spec = replace(t.spec, workload=work)
-    t2 = replace(t, spec=spec, decode=replace(t.decode, ranks=ranks_d),
-                 prefill=replace(t.prefill, ranks=ranks_p if t.spec.disaggregated else ranks_d))
+    t2 = replace(t, spec=spec, decode=replace(t.decode, ranks=ranks_d, dp=dp_d),
+                 prefill=replace(t.prefill, ranks=ranks_p if t.spec.disaggregated else ranks_d,
+                                 dp=t.prefill.dp if t.spec.disaggregated else dp_d))
     sim = _Sim(t2, terms, work.num_prompts)
     sim.scale_factor = f
     return sim

@@ -73,6 +73,7 @@ class RoleTables:
 
     name: str
     ranks: int
+    dp: int                        # DP ranks of one instance (they step together)
     batch: np.ndarray              # sequences per rank at which the decode step was timed
     decode_s: np.ndarray           # kernel seconds of one decode step at each batch
     chunk_tokens: np.ndarray       # prompt tokens per rank at which a prefill step was timed
@@ -99,6 +100,7 @@ class ServedTables:
     decode: RoleTables
     prefill: RoleTables
     transfer_s: float              # exposed KV transfer per request (disaggregated), seconds
+    schedule: str = "mixed"        # how a co-located rank runs prefill beside decode (SERVING_ENGINES)
     sources: tuple = field(default=(), compare=False)
 
     @property
@@ -132,7 +134,7 @@ def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[floa
         cw = card_weights(spec.model, quant, ep=None, tp=role.tp, mtp=mtp)
         w = cw.total_bytes
     room = UTILIZATION * c.usable_base_bytes - w - OVERHEAD_BYTES
-    ctx = spec.workload.prompt + spec.workload.output
+    ctx = spec.workload.mean_prompt + spec.workload.mean_output
     kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto", "int8") else None
     try:
         seq = kv_bytes(spec.model, ctx, engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
@@ -149,17 +151,17 @@ def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine:
     weights, kv_seqs, fits, short = _memory(spec, role, quant, engine)
     max_batch = float(min(role.max_num_seqs or DEFAULT_MAX_SEQS, max(kv_seqs, 1.0)))
     batch = np.unique(np.round(np.geomspace(1, max(max_batch, 1.0), BATCH_GRID), 3))
-    dec = step(spec.model, spec.card, context=w.prompt + w.output / 2, concurrency=batch * role.dp, phase="decode",
+    P = w.mean_prompt
+    dec = step(spec.model, spec.card, context=round(P + w.mean_output / 2), concurrency=batch * role.dp, phase="decode",
                mtp_steps=mtp_steps, mtp_acceptance=acceptance, **kw)
     budget = role.max_num_batched_tokens or DEFAULT_TOKEN_BUDGET
     chunks = np.unique(np.round(np.geomspace(16, budget, 24)))
-    pf = step(spec.model, spec.card, context=w.prompt, concurrency=role.dp * chunks / w.prompt, phase="prefill",
+    pf = step(spec.model, spec.card, context=round(P), concurrency=role.dp * chunks / P, phase="prefill",
               whole_prompts=False, **kw)
     chunk_s = np.asarray(pf.time_s)
     at_budget = float(chunk_s[-1])
-    prompt_s = (float(np.interp(w.prompt, chunks, chunk_s)) if w.prompt <= budget
-                else w.prompt / budget * at_budget)
-    return RoleTables(name=name, ranks=role.instances * role.dp, batch=batch, decode_s=np.asarray(dec.time_s),
+    prompt_s = float(np.interp(P, chunks, chunk_s)) if P <= budget else P / budget * at_budget
+    return RoleTables(name=name, ranks=role.instances * role.dp, dp=role.dp, batch=batch, decode_s=np.asarray(dec.time_s),
                       chunk_tokens=chunks, chunk_s=chunk_s, token_s=at_budget / budget, prompt_s=prompt_s,
                       budget=int(budget), max_batch=max_batch, kv_seqs=kv_seqs, fits=fits, short_bytes=short,
                       weights_bytes=weights)
@@ -190,7 +192,7 @@ def _build_tables(spec: ServedSpec, exclude: tuple) -> ServedTables:
         dec = _role_tables(spec, "decode", spec.decode, **kw)
         pre = _role_tables(spec, "prefill", spec.prefill, **{**kw, "mtp_steps": 0})
         c = get_card(spec.card)
-        nbytes = kv_bytes(spec.model, spec.workload.prompt, engine, include_mtp=d > 0).total_bytes
+        nbytes = kv_bytes(spec.model, round(spec.workload.mean_prompt), engine, include_mtp=d > 0).total_bytes
         cfg = load_config(spec.model)
         xfer = float(exposed_seconds(fit_link().scaled(c.scale_out_bytes_per_s), nbytes, pre.prompt_s,
                                      cfg.num_hidden_layers))
@@ -199,7 +201,7 @@ def _build_tables(spec: ServedSpec, exclude: tuple) -> ServedTables:
         xfer = 0.0
     return ServedTables(spec=spec, quant=quant, kv_engine=engine, acceptance=acc,
                         emitted=1.0 + accepted_tokens(d, acc) if d else 1.0, decode=dec, prefill=pre,
-                        transfer_s=xfer, sources=acc_ids)
+                        transfer_s=xfer, schedule=SERVING_ENGINES[spec.engine]["schedule"], sources=acc_ids)
 
 
 # ------------------------------------------------------------------------------ the steady state
@@ -233,66 +235,127 @@ def _bisect(f, lo, hi, n: int = 48):
     return (lo + hi) / 2
 
 
+def chunk_s(r: RoleTables, tokens, *, mixed: bool):
+    """Kernel seconds of ``tokens`` prompt tokens in one step of role ``r``: a prefill step's own time, or in a
+    step that also decodes (``mixed``) what they add beyond the weights that step reads anyway."""
+    tokens = np.asarray(tokens, dtype=float)
+    full = np.where(tokens <= r.budget, np.interp(tokens, r.chunk_tokens, r.chunk_s), tokens / r.budget * r.chunk_s[-1])
+    if mixed:
+        full = np.maximum(full - r.chunk_s[0], 0.0)
+    return np.where(tokens > 0, full, 0.0)
+
+
+def _colocated(t: ServedTables, kd, kp, h, lam):
+    """Per rank of a co-located deployment at ``lam`` requests/s: the step time ``s`` that carries the decode
+    batch ``b = c_b s`` and the prefill chunk ``p = c_p s`` the arrivals need (``s = k_d t_dec(b) + k_p
+    t_chunk(p) + h``), and whether the step's token budget or the batch cap is exceeded."""
+    w, r = t.spec.workload, t.decode
+    lam_r = lam / r.ranks
+    c_b = lam_r * max(w.mean_output - 1, 0) / t.emitted
+    c_p = lam_r * w.mean_prompt
+
+    def g(s):
+        b = np.minimum(c_b * s, r.max_batch)
+        return s - (kd * np.interp(b, r.batch, r.decode_s) + kp * chunk_s(r, c_p * s, mixed=True) + h)
+
+    s = _bisect(g, np.zeros_like(lam), np.full_like(lam, 1e3))
+    b, p = c_b * s, c_p * s
+    over = (b + p > r.budget) | (b > r.max_batch * 1.0001) | (g(np.full_like(lam, 1e3)) < 0)
+    return s, np.minimum(b, r.max_batch), p, over
+
+
+def _waves(t: ServedTables, kd, kp, h) -> SteadyState:
+    r"""A co-located closed loop of fixed-length requests runs in waves: the ``c`` requests of a rank start
+    together, so they finish together and the next ``c`` arrive at once. A wave's prompts are prefilled in a
+    burst of full-budget chunks, then its sequences decode together:
+
+    .. math:: T = k_p\,t_\text{chunk}(c P) + n_b h + \frac{O - 1}{a} s(c), \qquad
+       \text{output} = \frac{R\,c\,O}{T}, \qquad \text{TTFT} = \frac{T_b}{2} + s(c)
+
+    with ``n_b`` the burst's steps; ``c`` is capped at the rank's batch cap (the rest wait a wave)."""
+    w, d, pr = t.spec.workload, t.decode, t.prefill
+    O, P, a = w.mean_output, w.mean_prompt, t.emitted
+    c_all = float(w.concurrency) / d.ranks
+    c = min(max(c_all, 1.0), d.max_batch)
+    n_b = math.ceil(c * P / pr.budget)
+    burst = kp * chunk_s(pr, c * P, mixed=False) + n_b * h
+    s_d = kd * np.interp(c, d.batch, d.decode_s) + h
+    cycle = burst + (O - 1) / a * s_d
+    waves = max(c_all / c, 1.0)                                  # requests beyond the cap wait whole waves
+    out = d.ranks * c * O / cycle
+    ttft = burst / 2 + s_d + (waves - 1) * cycle
+    binds = np.full(kd.shape, "decode batch cap" if c_all > d.max_batch else "closed-loop concurrency")
+    return SteadyState(output_tokens_per_s=out, tpot_s=s_d / a, ttft_s=ttft, requests_per_s=out / O,
+                       batch=np.full_like(kd, c), prefill_load=burst / cycle, binds=binds)
+
+
 def steady_state(t: ServedTables, terms) -> SteadyState:
     """Output tokens/s, TPOT and TTFT of ``t``'s spec under ``terms`` (one :class:`ServedTerms` or a list of
     them: the results are arrays, one per set); see the module docstring."""
     kd, kp, h = _terms(terms)
-    w, d, p = t.spec.workload, t.decode, t.prefill
-    O, P, a = float(w.output), float(w.prompt), t.emitted
+    w, d, pr = t.spec.workload, t.decode, t.prefill
+    O, P, a = w.mean_output, w.mean_prompt, t.emitted
     colo = not t.spec.disaggregated
-    tau = kp * p.token_s                                   # prefill seconds per prompt token, per rank
-    steps_per_prompt = P / p.budget
-    mu = p.ranks / (P * tau + steps_per_prompt * h)        # prompts per second the prefill ranks serve
+    steps_per_prompt = np.ceil(P / pr.budget)
+    if colo and w.concurrency is not None and (w.request_rate in (None, math.inf)):
+        return _waves(t, kd, kp, h)
+    if colo:
+        def state(lam):
+            s, b, p, over = _colocated(t, kd, kp, h, lam)
+            room = np.maximum(pr.budget - b, 1.0)
+            service = np.ceil(P / room) * s                      # one prompt's prefill, chunk by chunk
+            rho = np.minimum(p / room, 0.999)
+            ttft = service + rho / (1 - rho) * service / 2
+            return s / a, ttft, b, over, np.minimum(p / room, 1.0)
 
-    def step_s(b):
-        return kd * np.interp(b, d.batch, d.decode_s) + h
+        def feasible(lam):
+            return ~state(lam)[3]
 
-    def share(lam):                                        # share of a co-located rank's time in prefill
-        return np.minimum(lam / mu, 0.999) if colo else np.zeros_like(lam)
+        lam_hi = np.full_like(kd, d.ranks * pr.budget / (P * 1e-6))
+        lam_cap = _bisect(lambda lam: np.where(feasible(lam), -1.0, 1.0), np.zeros_like(kd), lam_hi)
+    else:
+        batch_tokens = max(float(pr.budget), P)                 # a prefill step: prompts up to the budget
+        pf_step = kp * chunk_s(pr, batch_tokens, mixed=False) + h * np.ceil(batch_tokens / pr.budget)
+        mu = pr.ranks * (batch_tokens / P) / pf_step             # prompts per second the prefill ranks serve
+        first = kp * pr.prompt_s + h * steps_per_prompt
 
-    def tpot(lam, b):
-        return step_s(b) / (a * (1 - share(lam)))
+        def step_s(b):
+            return kd * np.interp(b, d.batch, d.decode_s) + h
 
-    def batch(lam):                                        # Little: b = lam (O - 1) TPOT / R
-        f = (lambda b: b - lam * max(O - 1, 1e-9) * tpot(lam, b) / d.ranks)
-        return _bisect(f, np.zeros_like(lam), np.full_like(lam, d.max_batch))
+        def batch(lam):                                         # Little: b = lam (O - 1) TPOT / R
+            f = (lambda b: b - lam * max(O - 1, 1e-9) * step_s(b) / (a * d.ranks))
+            return _bisect(f, np.zeros_like(lam), np.full_like(lam, d.max_batch))
 
-    def ttft(lam, b):
-        rho = np.minimum(lam / mu, 0.999)
-        service = 1 / mu * p.ranks                          # one prompt's prefill on a rank
-        wait = rho / (2 * mu * (1 - rho))
-        first = kp * p.prompt_s + h * np.ceil(steps_per_prompt)
-        if colo:
-            first = first + np.ceil(steps_per_prompt) * kd * np.interp(b, d.batch, d.decode_s)
-        return first + wait + t.transfer_s + 0 * service
+        def state(lam):
+            b = batch(lam)
+            rho = np.minimum(lam / mu, 0.999)
+            ttft = first + rho / (2 * mu * (1 - rho)) + t.transfer_s
+            return step_s(b) / a, ttft, b, lam > 0.999 * mu, np.minimum(lam / mu, 1.0)
 
-    # the most requests per second the ranks serve: prefill capacity, and the decode batch cap
-    lam_dec = d.max_batch * d.ranks * a / (max(O - 1, 1e-9) * step_s(np.full_like(kd, d.max_batch)))
-    # co-located: the decode cap holds on the share of time prefill leaves, lam = lam_dec (1 - lam / mu)
-    lam_cap = np.minimum(0.999 * mu, lam_dec * mu / (mu + lam_dec) if colo else lam_dec)
-    if w.concurrency is not None:                           # a closed loop of C requests
+        lam_dec = d.max_batch * d.ranks * a / (max(O - 1, 1e-9) * step_s(np.full_like(kd, d.max_batch)))
+        lam_cap = np.minimum(0.999 * mu, lam_dec)
+    if w.concurrency is not None:                               # a closed loop of C requests
         C = float(w.concurrency)
 
         def e2e_load(lam):
-            b = batch(lam)
-            return lam * (ttft(lam, b) + (O - 1) * tpot(lam, b)) - C
+            tp_s, tt_s = state(lam)[:2]
+            return lam * (tt_s + (O - 1) * tp_s) - C
 
         lam = _bisect(e2e_load, np.zeros_like(kd), lam_cap)
     else:
         lam = lam_cap
     if w.request_rate is not None and w.request_rate != math.inf:   # an open loop: no more than its rate
         lam = np.minimum(float(w.request_rate), lam)
-    b = batch(lam)
-    tp_s, tt_s = tpot(lam, b), ttft(lam, b)
-    if w.concurrency is not None:                           # a saturated closed loop queues the rest
-        tt_s = np.maximum(tt_s, float(w.concurrency) / lam - (O - 1) * tp_s)
+    tp_s, tt_s, b, _, load = state(lam)
+    if w.concurrency is not None:                               # a saturated closed loop queues the rest
+        tt_s = np.maximum(tt_s, float(w.concurrency) / np.maximum(lam, 1e-12) - (O - 1) * tp_s)
     rate_bound = w.request_rate is not None and w.request_rate != math.inf
     other = np.where(rate_bound & (lam >= 0.999 * float(w.request_rate or 0)), "request rate",
                      "closed-loop concurrency" if w.concurrency is not None else "request rate")
-    binds = np.where(lam >= 0.999 * lam_cap, np.where(lam_cap >= 0.999 * 0.999 * mu, "prefill capacity",
-                                                       "decode batch cap"), other)
+    capped = np.where(b >= 0.999 * d.max_batch, "decode batch cap", "prefill capacity")
+    binds = np.where(lam >= 0.999 * lam_cap, capped, other)
     return SteadyState(output_tokens_per_s=lam * O, tpot_s=tp_s, ttft_s=tt_s, requests_per_s=lam, batch=b,
-                       prefill_load=np.minimum(lam / mu, 1.0), binds=binds)
+                       prefill_load=load, binds=binds)
 
 
 def steady_prediction(spec: ServedSpec, terms: ServedTerms = ServedTerms(), **kw) -> dict:

@@ -1,21 +1,32 @@
 """What served runs pay beyond the published kernel costs, estimated from the served corpus without leaking:
 every error this module reports is out of sample, the run's whole source document left out of the fit.
 
-Terms (:class:`pdcalc.perf.served.ServedTerms`: a kernel-time factor ``k`` and a host time ``h`` per scheduler
-step) belong to a *class* of runs, the card's vendor and the serving engine (:func:`term_class`). A class is fitted
-on the runs of its own class where the training set holds at least :data:`MIN_SOURCES` documents of it, else on
-its vendor's, else on every run: pooled where data are thin. The fit minimises, over a grid of ``(k, h)``, the
-squared log error of the steady state (:func:`pdcalc.perf.served.steady_state`) against what each run measured
-(output tokens/s, mean TPOT and mean TTFT where printed), each run weighted by one over its document's run count
-so that no document outweighs another:
+The terms (:class:`pdcalc.perf.served.ServedTerms`: kernel-time factors ``k_d`` for decode and ``k_p`` for
+prefill, and a host time ``h`` per scheduler step) belong to a *class* of runs: the card's vendor, the serving
+engine and the model family (:func:`term_class`). A class is fitted on its own runs where the training set holds
+at least :data:`MIN_SOURCES` documents of it, else on the first pool of :data:`POOLS` that does: pooled where
+data are thin.
 
-.. math:: \\min_{k, h} \\sum_{r} \\frac{1}{n_{s(r)}} \\sum_{m} \\Bigl(\\log \\frac{\\hat y_m(r; k, h)}{y_m(r)}\\Bigr)^2
+The fit compares what the client simulation (:func:`pdcalc.perf.scheduler.simulate`) reports with what each run
+measured: output tokens/s, mean TPOT and mean TTFT where printed. It minimises the absolute log error, each run
+weighted by one over its document's run count so that no document outweighs another, and TTFT (which holds the
+queue of a saturated closed loop) a quarter:
 
-Leave one source out (:func:`held_out`): for each document, the terms are fitted on every other document and
-its runs predicted by the client simulation (:func:`pdcalc.perf.scheduler.simulate`) at those terms. The held-out
-log errors, grouped by vendor x metric x model family and pooled where thin (:func:`error_class`), give each
-prediction its 80 % range (:func:`interval`); a held-out point's own range leaves its document out too, so that
-the coverage check (:func:`coverage`) is out of sample as well.
+.. math:: \\min_{k_d, k_p, h} \\sum_{r} \\frac{1}{n_{s(r)}} \\sum_{m} w_m \\Bigl|\\log \\frac{\\hat y_m(r; k_d, k_p,
+   h)}{y_m(r)}\\Bigr|
+
+Simulating every run at every candidate is too slow, so each run is simulated once on a design
+(:func:`design_points`) and the fit reads an interpolation of it. A closed loop without a KV transfer scales
+exactly with the kernel factor (every time in the run is ``k_d`` times longer when ``k_d``, ``k_p`` and ``h`` are),
+so its design spans ``k_p / k_d`` and ``h / k_d`` only; other runs span ``k_d`` as well. The design is computed by
+``tools/calibrate_corpus.py`` and stored (``pdcalc/data/served_design.csv``), with the fit and the held-out table
+(``served_calibration.toml``, ``served_held_out.csv``); the test suite re-simulates a sample of it and refits
+from it.
+
+Leave one source out (:func:`held_out_frame`): for each document, the terms are fitted on every other document
+and its runs simulated at those terms. The held-out log errors, grouped by vendor x metric x model family and
+pooled where thin (:func:`error_class_keys`), give each prediction its 80 % range; a held-out point's own range
+leaves its document out too, so that the coverage check is out of sample as well.
 """
 
 from __future__ import annotations
@@ -28,11 +39,21 @@ import numpy as np
 import pandas as pd
 
 from pdcalc.perf.scheduler import simulate
-from pdcalc.perf.served import ServedTables, ServedTerms, served_tables, steady_state
+from pdcalc.perf.served import ServedTables, ServedTerms, served_tables
 
-#: The grid the terms are fitted on: kernel-time factors and host seconds per scheduler step.
-K_GRID = tuple(float(x) for x in np.round(np.geomspace(0.5, 12.0, 37), 4))
-H_GRID = tuple(float(x) for x in (0.0, *np.round(np.geomspace(2e-4, 0.06, 26), 6)))
+#: The design each run is simulated on: the decode kernel factor (runs that do not scale with it), the prefill
+#: factor relative to it and the host seconds per step relative to it.
+KD_DESIGN = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+RP_DESIGN = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+RH_DESIGN = (0.0, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+#: The grid the fit searches (interpolated from the design).
+KD_FIT = tuple(float(x) for x in np.round(np.geomspace(0.5, 16.0, 31), 4))
+RP_FIT = tuple(float(x) for x in np.round(np.geomspace(0.25, 8.0, 16), 4))
+RH_FIT = (0.0, *(float(x) for x in np.round(np.geomspace(3e-4, 3e-2, 13), 6)))
+#: Host time offset of the interpolation axis (seconds): ``log(h / k_d + H0)`` is interpolated linearly.
+H0 = 1e-4
+#: Weight of each metric in the fit.
+METRIC_WEIGHT = {"output_tokens_per_s": 1.0, "tpot_s": 1.0, "ttft_s": 0.25}
 #: Documents a class needs in a training set to be fitted on its own runs (else pooled).
 MIN_SOURCES = 2
 #: Held-out points an error class needs for its own range (else pooled).
@@ -43,15 +64,12 @@ METRICS = ("output_tokens_per_s", "tpot_s", "ttft_s")
 RANGE = (0.10, 0.90)
 
 
-def grid_terms() -> list[ServedTerms]:
-    return [ServedTerms(k_decode=k, k_prefill=k, host_s=h, label="grid") for k in K_GRID for h in H_GRID]
-
-
 # ------------------------------------------------------------------------------ what a run measured
 def observed(run) -> dict[str, float]:
     """What ``run`` measured, in the client's terms and SI units: output tokens/s of the whole deployment, mean
     TPOT and mean TTFT in seconds (a median where the source prints no mean); metrics it does not print are
-    left out."""
+    left out. A total (input + output) rate per card is converted as its source computed it, with the stated
+    lengths."""
     spec = run.spec
     out = {}
     m = run.metric
@@ -74,166 +92,286 @@ def observed(run) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------ classes
-def term_class(run) -> tuple[str, str]:
-    """The class a run's terms are fitted in: its card's vendor and its engine."""
-    return run.vendor, run.spec.engine
+def term_class(run) -> tuple[str, str, str]:
+    """The class a run's terms are fitted in: its card's vendor, its engine and its model family."""
+    return run.vendor, run.spec.engine, run.model_family
 
 
-def error_class(run, metric: str) -> tuple[str, str, str]:
-    """The class a prediction's range comes from: vendor x metric x model family."""
-    return run.vendor, metric, run.model_family
+#: Where a class with too few documents borrows its terms, in order: the same engine and model on the other
+#: vendor (the engine's software and the model's kernels), the same vendor and model under another engine,
+#: the vendor and engine with other models, the vendor, every run. Each pool is named by the class fields
+#: it keeps (:func:`pool_key`).
+POOLS = (("vendor, engine, model", (0, 1, 2)), ("engine, model", (1, 2)), ("vendor, model", (0, 2)),
+         ("vendor, engine", (0, 1)), ("vendor", (0,)), ("all", ()))
+
+
+def pool_key(cls: tuple[str, str, str], fields: tuple[int, ...]) -> str:
+    """The key of a pool of class ``cls``: its kept fields joined by ``/`` (``all`` for every run)."""
+    return "/".join(cls[i] for i in fields) if fields else "all"
+
+
+def error_class_keys(vendor: str, metric: str, family: str) -> tuple[tuple[str, str], ...]:
+    """The error classes a prediction's range may come from, most specific first: vendor x metric x model
+    family, vendor x metric, metric."""
+    return ((f"{vendor}/{metric}/{family}", "vendor x metric x model"), (f"{vendor}/{metric}", "vendor x metric"),
+            (metric, "metric"))
+
+
+# ------------------------------------------------------------------------------ the runs
+def predictable_runs() -> list:
+    """The corpus runs the served model predicts: a spec that fits in memory and at least one measured
+    metric."""
+    from pdcalc.reality.served_runs import load
+
+    out = []
+    for r in load():
+        if r.not_predictable is not None or r.spec is None or not observed(r):
+            continue
+        if served_tables(r.spec, exclude_sources=(r.source_id,)).fits:
+            out.append(r)
+    return out
+
+
+def tables_of(run) -> ServedTables:
+    """A run's tables, its MTP acceptance taken from other documents only."""
+    return served_tables(run.spec, exclude_sources=(run.source_id,))
+
+
+def homogeneous(run) -> bool:
+    """Whether every time in the run scales with the kernel factor: a closed loop with no KV transfer."""
+    w = run.spec.workload
+    return not run.spec.disaggregated and (w.request_rate is None or w.request_rate == math.inf)
+
+
+def _report(t: ServedTables, terms: ServedTerms) -> tuple[float, float, float]:
+    r = simulate(t, terms)
+    return r.output_tokens_per_s, r.mean_tpot_s, r.mean_ttft_s
+
+
+def design_points(run) -> list[dict]:
+    """``run`` simulated on its design: one row per point, ``kd`` (1 for a homogeneous run, whose other kernel
+    factors follow by scaling), ``rp`` (``k_p / k_d``), ``rh`` (``h / k_d``, seconds) and the client's three
+    figures."""
+    t = tables_of(run)
+    kds = (1.0,) if homogeneous(run) else KD_DESIGN
+    rows = []
+    for kd in kds:
+        for rp in RP_DESIGN:
+            for rh in RH_DESIGN:
+                thr, tpot, ttft = _report(t, ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh))
+                rows.append({"id": run.id, "kd": kd, "rp": rp, "rh": rh, "output_tokens_per_s": thr,
+                             "tpot_s": tpot, "ttft_s": ttft})
+    return rows
+
+
+# ------------------------------------------------------------------------------ the surrogate
+def _weights(x_design, x_new) -> np.ndarray:
+    """The linear-interpolation matrix from ``x_design`` to ``x_new`` (clamped at the ends)."""
+    xd, xn = np.asarray(x_design, float), np.asarray(x_new, float)
+    eye = np.eye(len(xd))
+    return np.stack([np.interp(xn, xd, eye[i]) for i in range(len(xd))], axis=1)
+
+
+@cache
+def _axes():
+    lg = np.log
+    w_rp = _weights(lg(RP_DESIGN), lg(RP_FIT))
+    w_rh = _weights(lg(np.asarray(RH_DESIGN) + H0), lg(np.asarray(RH_FIT) + H0))
+    w_kd = _weights(lg(KD_DESIGN), lg(KD_FIT))
+    return w_kd, w_rp, w_rh
+
+
+def fit_grid() -> list[ServedTerms]:
+    """The candidates the fit searches, in the order of :func:`surrogate`'s flattened arrays."""
+    return [ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, label="grid")
+            for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT]
+
+
+def surrogate(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """One run's log figures over the fit grid (flattened kd x rp x rh), interpolated from its design rows."""
+    w_kd, w_rp, w_rh = _axes()
+    out = {}
+    kds = sorted(rows["kd"].unique())
+    for m in METRICS:
+        vals = rows.sort_values(["kd", "rp", "rh"])[m].to_numpy(float)
+        logv = np.log(np.maximum(vals, 1e-12))
+        if len(kds) == 1:                           # homogeneous: scale by the kernel factor
+            g = logv.reshape(len(RP_DESIGN), len(RH_DESIGN))
+            g = w_rp @ g @ w_rh.T
+            sign = -1.0 if m == "output_tokens_per_s" else 1.0
+            full = g[None, :, :] + sign * np.log(np.asarray(KD_FIT))[:, None, None]
+        else:
+            g = logv.reshape(len(KD_DESIGN), len(RP_DESIGN), len(RH_DESIGN))
+            full = np.einsum("ai,bj,ck,ijk->abc", w_kd, w_rp, w_rh, g)
+        out[m] = full.ravel()
+    return out
 
 
 @dataclass(frozen=True)
 class Point:
-    """One predictable run of the corpus, with its tables (acceptance from other documents only) and its error
-    over the term grid."""
+    """One predictable run: its class, document, what it measured and its log errors over the fit grid."""
 
-    run: object
-    tables: ServedTables
+    id: str
+    source_id: str
+    cls: tuple
     observed: dict
-    errors: dict          # metric -> log(predicted / measured) over the grid (array)
+    errors: dict          # metric -> log(predicted / measured) over the grid
 
 
-def predictable_runs() -> list:
-    """The corpus runs the served model predicts: a spec, a memory fit, and at least one measured metric."""
-    from pdcalc.reality.served_runs import load
-
-    return [r for r in load() if r.not_predictable is None and r.spec is not None and observed(r)]
-
-
-@cache
-def points() -> tuple[Point, ...]:
-    """Every predictable run with its grid errors (computed once per process)."""
-    grid = grid_terms()
+def make_points(runs, design: pd.DataFrame) -> tuple[Point, ...]:
+    """Each run with its grid errors, from the stored design."""
+    by_id = dict(tuple(design.groupby("id")))
     out = []
-    for run in predictable_runs():
-        t = served_tables(run.spec, exclude_sources=(run.source_id,))
-        if not t.fits:
-            continue
-        s = steady_state(t, grid)
-        pred = {"output_tokens_per_s": s.output_tokens_per_s, "tpot_s": s.tpot_s, "ttft_s": s.ttft_s}
-        obs = observed(run)
-        errs = {m: np.log(np.maximum(pred[m], 1e-12) / v) for m, v in obs.items()}
-        out.append(Point(run=run, tables=t, observed=obs, errors=errs))
+    for r in runs:
+        s = surrogate(by_id[r.id])
+        obs = observed(r)
+        out.append(Point(id=r.id, source_id=r.source_id, cls=term_class(r), observed=obs,
+                         errors={m: s[m] - math.log(v) for m, v in obs.items()}))
     return tuple(out)
 
 
 # ------------------------------------------------------------------------------ fitting
 def _objective(pts) -> np.ndarray:
-    """Sum over runs (weighted by 1 / runs of their document) of squared log errors, over the grid."""
     n_src: dict = {}
     for p in pts:
-        n_src[p.run.source_id] = n_src.get(p.run.source_id, 0) + 1
-    total = np.zeros(len(K_GRID) * len(H_GRID))
+        n_src[p.source_id] = n_src.get(p.source_id, 0) + 1
+    total = np.zeros(len(KD_FIT) * len(RP_FIT) * len(RH_FIT))
     for p in pts:
-        for e in p.errors.values():
-            total += np.where(np.isfinite(e), e, 10.0) ** 2 / n_src[p.run.source_id]
+        for m, e in p.errors.items():
+            total += METRIC_WEIGHT[m] * np.abs(e) / n_src[p.source_id]
     return total
 
 
-def fit(pts, cls: tuple[str, str]) -> tuple[ServedTerms, str]:
-    """The terms of class ``cls`` fitted on ``pts``: its own runs where they come from at least
-    :data:`MIN_SOURCES` documents, else its vendor's, else all; and which pool was used."""
-    grid = grid_terms()
-    pools = (("class", [p for p in pts if term_class(p.run) == cls]),
-             ("vendor", [p for p in pts if p.run.vendor == cls[0]]),
-             ("all", list(pts)))
-    for name, pool in pools:
-        if len({p.run.source_id for p in pool}) >= MIN_SOURCES:
-            i = int(np.argmin(_objective(pool)))
-            g = grid[i]
-            return ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s,
-                               label=f"fitted on {name} ({cls[0]}, {cls[1]}): {len(pool)} runs, "
-                                     f"{len({p.run.source_id for p in pool})} documents"), name
-    return ServedTerms(), "none"
+def fit(pts, cls: tuple[str, str, str]) -> tuple[ServedTerms, str, str]:
+    """The terms of class ``cls`` fitted on ``pts``: on the first pool of :data:`POOLS` whose runs come from at
+    least :data:`MIN_SOURCES` documents; the pool's name and key."""
+    grid = fit_grid()
+    for name, fields in POOLS:
+        pool = [p for p in pts if all(p.cls[i] == cls[i] for i in fields)]
+        docs = len({p.source_id for p in pool})
+        if docs >= MIN_SOURCES:
+            g = grid[int(np.argmin(_objective(pool)))]
+            key = pool_key(cls, fields)
+            return (ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s,
+                                label=f"served corpus, pool {key}: {len(pool)} runs, {docs} documents"), name, key)
+    return ServedTerms(), "none", "none"
 
 
-@cache
-def corpus_terms() -> dict[tuple[str, str], ServedTerms]:
-    """Every class's terms fitted on the whole corpus (what a user's prediction takes)."""
-    pts = points()
-    return {cls: fit(pts, cls)[0] for cls in sorted({term_class(p.run) for p in pts})}
+def corpus_fits(pts) -> dict[str, dict]:
+    """Every pool key the corpus can fit (at least :data:`MIN_SOURCES` documents), fitted on the whole corpus:
+    what a user's prediction looks up, most specific pool first."""
+    out = {}
+    for cls in sorted({p.cls for p in pts} | _user_classes()):
+        for name, fields in POOLS:
+            key = pool_key(cls, fields)
+            if key in out:
+                continue
+            pool = [p for p in pts if all(p.cls[i] == cls[i] for i in fields)]
+            docs = len({p.source_id for p in pool})
+            if docs >= MIN_SOURCES:
+                g = fit_grid()[int(np.argmin(_objective(pool)))]
+                out[key] = {"pool": name, "k_decode": g.k_decode, "k_prefill": g.k_prefill, "host_ms":
+                            round(g.host_s * 1e3, 6), "runs": len(pool), "documents": docs}
+    return out
 
 
-def terms_for(vendor: str, engine: str) -> ServedTerms:
-    """The corpus terms of a vendor and engine (its vendor's pool, or all, where the corpus has no such class)."""
-    pts = points()
-    cls = (vendor, engine)
-    terms = corpus_terms()
-    return terms[cls] if cls in terms else fit(pts, cls)[0]
+def _user_classes() -> set:
+    """Classes a user may ask for that the corpus may not hold: every engine on every vendor's cards, per family."""
+    from pdcalc.layout.served import SERVING_ENGINES
+
+    return {(v, e, f) for v in ("nvidia", "ascend") for e in SERVING_ENGINES for f in ("v3", "v3.2", "v4")}
 
 
 # ------------------------------------------------------------------------------ held out
-@cache
-def held_out() -> pd.DataFrame:
-    """Leave one source out: every predictable run predicted by the client simulation at terms fitted without
-    its document. One row per (run, metric): ``id``, ``source_id``, ``vendor``, ``engine``, ``model_family``,
-    ``metric``, ``measured``, ``predicted``, ``log_error``, ``pool`` (how its terms were fitted), and the
-    kernels-alone prediction (``before``: the published kernel costs with no served terms)."""
-    pts = points()
+def held_out_frame(runs, pts) -> pd.DataFrame:
+    """Leave one source out: every run simulated at terms fitted without its document. One row per (run,
+    metric): ``id``, ``source_id``, ``vendor``, ``engine``, ``model_family``, ``metric``, ``measured``,
+    ``predicted``, ``log_error`` (``log(predicted / measured)``), ``before`` (the kernels alone), ``pool`` and
+    the terms."""
+    by_id = {r.id: r for r in runs}
     rows = []
-    for src in sorted({p.run.source_id for p in pts}):
-        train = [p for p in pts if p.run.source_id != src]
-        for p in (q for q in pts if q.run.source_id == src):
-            terms, pool = fit(train, term_class(p.run))
-            sim = simulate(p.tables, terms)
-            before = simulate(p.tables, ServedTerms())
-            pred = {"output_tokens_per_s": sim.output_tokens_per_s, "tpot_s": sim.mean_tpot_s,
-                    "ttft_s": sim.mean_ttft_s}
-            base = {"output_tokens_per_s": before.output_tokens_per_s, "tpot_s": before.mean_tpot_s,
-                    "ttft_s": before.mean_ttft_s}
+    for src in sorted({p.source_id for p in pts}):
+        train = [p for p in pts if p.source_id != src]
+        for p in (q for q in pts if q.source_id == src):
+            run = by_id[p.id]
+            terms, _, key = fit(train, p.cls)
+            t = tables_of(run)
+            pred = dict(zip(METRICS, _report(t, terms)))
+            base = dict(zip(METRICS, _report(t, ServedTerms())))
             for metric, meas in p.observed.items():
-                rows.append({"id": p.run.id, "source_id": src, "vendor": p.run.vendor, "engine": p.run.spec.engine,
-                             "model_family": p.run.model_family, "metric": metric, "measured": meas,
+                rows.append({"id": p.id, "source_id": src, "vendor": p.cls[0], "engine": p.cls[1],
+                             "model_family": p.cls[2], "metric": metric, "measured": meas,
                              "predicted": pred[metric], "log_error": math.log(pred[metric] / meas),
-                             "before": base[metric], "pool": pool, "k": terms.k_decode, "host_s": terms.host_s})
+                             "before": base[metric], "pool": key, "k_decode": terms.k_decode,
+                             "k_prefill": terms.k_prefill, "host_ms": terms.host_s * 1e3})
     return pd.DataFrame(rows)
 
 
 def _class_errors(df: pd.DataFrame, vendor: str, metric: str, family: str) -> tuple[np.ndarray, str]:
     """Held-out log errors of a class, pooled where it has fewer than :data:`MIN_POINTS`."""
-    for name, sel in (("vendor x metric x model", (df["vendor"] == vendor) & (df["metric"] == metric)
-                       & (df["model_family"] == family)),
-                      ("vendor x metric", (df["vendor"] == vendor) & (df["metric"] == metric)),
-                      ("metric", df["metric"] == metric)):
+    for key, _ in error_class_keys(vendor, metric, family):
+        parts = key.split("/")
+        sel = df["metric"] == metric
+        if len(parts) >= 2:
+            sel &= df["vendor"] == parts[0]
+        if len(parts) == 3:
+            sel &= df["model_family"] == parts[2]
         e = df.loc[sel, "log_error"].to_numpy(float)
         if len(e) >= MIN_POINTS:
-            return e, name
-    return df.loc[df["metric"] == metric, "log_error"].to_numpy(float), "metric"
+            return e, key
+    return df.loc[df["metric"] == metric, "log_error"].to_numpy(float), metric
 
 
-def interval(predicted: float, vendor: str, metric: str, family: str, *, exclude_source: str | None = None
-             ) -> tuple[float, float, str]:
-    """The 80 % range of a prediction: ``predicted / exp(q90)`` to ``predicted / exp(q10)`` of its class's
-    held-out log errors (``log(predicted / measured)``), leaving out ``exclude_source``; and the class used."""
-    df = held_out()
+def error_quantiles(df: pd.DataFrame) -> dict[str, dict]:
+    """The 10th and 90th percentile of held-out log errors of every error class with at least
+    :data:`MIN_POINTS` points."""
+    out = {}
+    for (vendor, metric, family), _ in df.groupby(["vendor", "metric", "model_family"]):
+        for key, _ in error_class_keys(vendor, metric, family):
+            if key in out:
+                continue
+            parts = key.split("/")
+            sel = df["metric"] == metric
+            if len(parts) >= 2:
+                sel &= df["vendor"] == parts[0]
+            if len(parts) == 3:
+                sel &= df["model_family"] == parts[2]
+            e = df.loc[sel, "log_error"].to_numpy(float)
+            if len(e) >= MIN_POINTS:
+                lo, hi = np.quantile(e, RANGE)
+                out[key] = {"q10": float(lo), "q90": float(hi), "points": int(len(e))}
+    return out
+
+
+def interval(df: pd.DataFrame, predicted: float, vendor: str, metric: str, family: str, *,
+             exclude_source: str | None = None) -> tuple[float, float, str]:
+    """The 80 % range of a prediction from the held-out errors ``df`` (leaving out ``exclude_source``):
+    ``predicted / exp(q90)`` to ``predicted / exp(q10)``; and the class used."""
     if exclude_source is not None:
         df = df[df["source_id"] != exclude_source]
-    e, name = _class_errors(df, vendor, metric, family)
+    e, key = _class_errors(df, vendor, metric, family)
     lo_q, hi_q = np.quantile(e, RANGE)
-    return predicted / math.exp(hi_q), predicted / math.exp(lo_q), name
+    return predicted / math.exp(hi_q), predicted / math.exp(lo_q), key
 
 
-def coverage() -> pd.DataFrame:
+def with_ranges(df: pd.DataFrame) -> pd.DataFrame:
     """Each held-out point with its own out-of-sample 80 % range (its document left out of the errors too) and
     whether the measurement falls in it."""
-    df = held_out().copy()
+    df = df.copy()
     lows, highs, inside = [], [], []
-    for _, r in df.iterrows():
-        lo, hi, _ = interval(r["predicted"], r["vendor"], r["metric"], r["model_family"],
-                             exclude_source=r["source_id"])
+    for r in df.itertuples():
+        lo, hi, _ = interval(df, r.predicted, r.vendor, r.metric, r.model_family, exclude_source=r.source_id)
         lows.append(lo)
         highs.append(hi)
-        inside.append(lo <= r["measured"] <= hi)
+        inside.append(bool(lo <= r.measured <= hi))
     df["low"], df["high"], df["covered"] = lows, highs, inside
     return df
 
 
-def summary(df: pd.DataFrame | None = None, by: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Median and 90th-percentile absolute held-out error (%) and points, overall or by columns ``by``."""
-    df = held_out() if df is None else df
-    err = (np.exp(df["log_error"].abs()) - 1) * 100
+def summary(df: pd.DataFrame, by: tuple[str, ...] = (), *, column: str = "log_error") -> pd.DataFrame:
+    """Median and 90th-percentile absolute error (%) and points, overall or by columns ``by``; ``column``:
+    ``log_error`` (the served model held out) or ``before_log_error`` (the kernels alone)."""
+    err = (np.exp(df[column].abs()) - 1) * 100
     d = df.assign(abs_err_pct=err)
     if not by:
         return pd.DataFrame([{"points": len(d), "median_abs_err_pct": float(np.median(err)),
@@ -241,3 +379,94 @@ def summary(df: pd.DataFrame | None = None, by: tuple[str, ...] = ()) -> pd.Data
     g = d.groupby(list(by))["abs_err_pct"]
     return pd.DataFrame({"points": g.size(), "median_abs_err_pct": g.median(),
                          "p90_abs_err_pct": g.quantile(0.9)}).reset_index()
+
+
+# ------------------------------------------------------------------------------ the stored fit
+#: Files the corpus fit is stored in (``tools/calibrate_corpus.py`` writes them), under ``pdcalc/data``.
+DESIGN_FILE = "served_design.csv"
+HELD_OUT_FILE = "served_held_out.csv"
+CALIBRATION_FILE = "served_calibration.toml"
+#: Significant digits the stored figures keep (simulated times are exact to far more; this is what the
+#: comparison of a fresh simulation with the stored one allows).
+DIGITS = 7
+
+
+def round_sig(x: float, digits: int = DIGITS) -> float:
+    """``x`` to ``digits`` significant digits."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
+
+
+def _data_path(name: str):
+    from importlib import resources
+
+    return resources.files("pdcalc").joinpath("data", name)
+
+
+@cache
+def stored_design() -> pd.DataFrame:
+    """The stored design: every predictable run simulated on its design points."""
+    with _data_path(DESIGN_FILE).open() as f:
+        return pd.read_csv(f)
+
+
+@cache
+def stored_held_out() -> pd.DataFrame:
+    """The stored held-out table (:func:`held_out_frame` with :func:`with_ranges`)."""
+    with _data_path(HELD_OUT_FILE).open() as f:
+        return pd.read_csv(f)
+
+
+@cache
+def stored() -> dict:
+    """The stored corpus fit: ``terms`` per pool key, ``errors`` (held-out quantiles) per error class and the
+    held-out ``summary``."""
+    import tomllib
+
+    with _data_path(CALIBRATION_FILE).open("rb") as f:
+        return tomllib.load(f)
+
+
+def build(runs, design: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The held-out table and the calibration (terms per pool, error quantiles, summary) from a design."""
+    pts = make_points(runs, design)
+    df = with_ranges(held_out_frame(runs, pts))
+    df["before_log_error"] = np.log(df["before"] / df["measured"])
+    scored = df[df["metric"].isin(("output_tokens_per_s", "tpot_s"))]
+    summ = {}
+    for name, sel in (("all", scored), *((f"vendor {v}", scored[scored["vendor"] == v])
+                                         for v in sorted(scored["vendor"].unique())),
+                      *((f"model {f}", scored[scored["model_family"] == f])
+                        for f in sorted(scored["model_family"].unique()))):
+        s, b = summary(sel).iloc[0], summary(sel, column="before_log_error").iloc[0]
+        summ[name] = {"points": int(s["points"]), "median_abs_err_pct": round(float(s["median_abs_err_pct"]), 1),
+                      "p90_abs_err_pct": round(float(s["p90_abs_err_pct"]), 1),
+                      "before_median_abs_err_pct": round(float(b["median_abs_err_pct"]), 1),
+                      "before_p90_abs_err_pct": round(float(b["p90_abs_err_pct"]), 1),
+                      "coverage_pct": round(100 * float(sel["covered"].mean()), 1)}
+    cal = {"terms": corpus_fits(pts), "errors": error_quantiles(df), "summary": summ}
+    return df, cal
+
+
+def calibration_toml(cal: dict) -> str:
+    """The calibration as TOML text (keys quoted: pool and class keys hold ``/`` and ``.``)."""
+    def value(v):
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, float):
+            return repr(round_sig(v))
+        return repr(v)
+
+    lines = ["# The served model's corpus fit: written by tools/calibrate_corpus.py from served_design.csv",
+             "# (every predictable run of served.toml simulated on its design); do not edit by hand.",
+             "# [terms.\"POOL\"]: the terms fitted on a pool of runs (k_decode, k_prefill: kernel-time factors;",
+             "# host_ms: host milliseconds per scheduler step); [errors.\"CLASS\"]: 10th and 90th percentile of",
+             "# held-out log errors log(predicted / measured); [summary.\"GROUP\"]: held-out |error| (%) over",
+             "# output tokens/s and TPOT, and the kernels alone (before_*)."]
+    for table in ("terms", "errors", "summary"):
+        for key, row in cal[table].items():
+            lines.append("")
+            lines.append(f'[{table}."{key}"]')
+            lines.extend(f"{k} = {value(v)}" for k, v in row.items())
+    return "\n".join(lines) + "\n"

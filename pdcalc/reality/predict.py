@@ -1,31 +1,29 @@
 """What a benchmark client will report for a served deployment, with an honest range: ``pdcalc predict``.
 
 The client's run is simulated (:func:`pdcalc.perf.scheduler.simulate`) at the served terms of the deployment's
-vendor and engine (:mod:`pdcalc.reality.calibration`, fitted on the served corpus) or at a user's own
-calibration (:func:`load_calibration`). Each figure carries the 80 % range its class's held-out errors give
-(vendor x metric x model family, pooled where thin). The kernels alone (the published costs with no served
-terms) are given beside it as the hardware's bound: what the engine would reach at its kernels' unit-test speed.
-
-The corpus fit is stored in ``pdcalc/data/served_calibration.toml`` (written by ``tools/calibrate_corpus.py``,
-checked against a fresh fit by the test suite), so that a prediction takes a simulation, not a refit.
+class (vendor, engine, model family; :mod:`pdcalc.reality.calibration`, fitted on the served corpus and stored)
+or at a user's own calibration (:func:`load_calibration`, written by ``pdcalc calibrate``). Each figure carries
+the 80 % range its class's held-out errors give (vendor x metric x model family, pooled where thin). The kernels
+alone (the published costs with no served terms) are given beside it as the hardware's bound: what the engine
+would reach at its kernels' unit-test speed and no host time.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 
 from pdcalc.core.errors import ConfigError, load_toml
+from pdcalc.core.units import GiB
 from pdcalc.hardware.cards import get_card
 from pdcalc.layout.served import ServedSpec
 from pdcalc.model.config import load_config
 from pdcalc.perf.scheduler import simulate
-from pdcalc.perf.served import ServedTerms, served_tables
+from pdcalc.perf.served import ServedTables, ServedTerms, served_tables, steady_state
+from pdcalc.reality.calibration import POOLS, error_class_keys, pool_key, stored
 
-STORED = "pdcalc/data/served_calibration.toml"
-METRIC_KEYS = ("output_tokens_per_s", "tpot_s", "ttft_s")
+#: What a calibration file holds (``pdcalc calibrate -o FILE``).
+CALIBRATION_KEYS = ("k_decode", "k_prefill", "host_ms")
 
 
 @dataclass(frozen=True)
@@ -40,39 +38,44 @@ class Ranged:
     def as_dict(self) -> dict:
         return {"value": self.value, "low": self.low, "high": self.high}
 
+    def scaled(self, f: float) -> Ranged:
+        return Ranged(self.value * f, self.low * f, self.high * f, self.range_from)
+
 
 @dataclass(frozen=True)
 class ServedPrediction:
-    """``pdcalc predict``'s answer for one spec."""
+    """``pdcalc predict``'s answer for one spec (``fits`` False: the figures are None and ``short_gib`` says by
+    how much a card is short)."""
 
     spec: ServedSpec
-    output_tokens_per_s: Ranged
-    output_tokens_per_s_per_card: Ranged
-    tpot_ms: Ranged
-    ttft_ms: Ranged
-    binds: str                      # what limits the throughput
-    terms: ServedTerms
-    bound_output_tokens_per_s: float   # the kernels alone: the hardware's bound
-    bound_tpot_ms: float
     fits: bool
     short_gib: float
+    output_tokens_per_s: Ranged | None
+    output_tokens_per_s_per_card: Ranged | None
+    tpot_ms: Ranged | None
+    ttft_ms: Ranged | None
+    binds: str                      # what limits the throughput
+    terms: ServedTerms
+    bound_output_tokens_per_s: float | None   # the kernels alone: the hardware's bound
+    bound_tpot_ms: float | None
+    acceptance: float
     cost_sources: tuple = field(default=())
 
     def as_dict(self) -> dict:
-        return {"output_tokens_per_s": self.output_tokens_per_s.as_dict(),
-                "output_tokens_per_s_per_card": self.output_tokens_per_s_per_card.as_dict(),
-                "tpot_ms": self.tpot_ms.as_dict(), "ttft_ms": self.ttft_ms.as_dict(), "binds": self.binds,
-                "fits": self.fits, "short_gib": self.short_gib,
+        def r(x):
+            return None if x is None else x.as_dict()
+
+        return {"fits": self.fits, "short_gib": self.short_gib,
+                "output_tokens_per_s": r(self.output_tokens_per_s),
+                "output_tokens_per_s_per_card": r(self.output_tokens_per_s_per_card),
+                "tpot_ms": r(self.tpot_ms), "ttft_ms": r(self.ttft_ms), "binds": self.binds,
+                "range": "80 % range: the 10th to 90th percentile of held-out errors of "
+                         + (self.tpot_ms.range_from if self.tpot_ms else "its class"),
                 "bound": {"output_tokens_per_s": self.bound_output_tokens_per_s, "tpot_ms": self.bound_tpot_ms,
-                          "what": "the published kernel costs alone: the hardware's bound"},
-                "terms": {"k": self.terms.k_decode, "host_ms": self.terms.host_s * 1e3, "from": self.terms.label},
-                "cost_sources": list(self.cost_sources)}
-
-
-@cache
-def stored() -> dict:
-    """The stored corpus fit: terms per class and held-out error quantiles per error class."""
-    return load_toml(resources.files("pdcalc").joinpath("data", "served_calibration.toml"), STORED)
+                          "what": "the published kernel costs alone, no host time: the hardware's bound"},
+                "terms": {"k_decode": self.terms.k_decode, "k_prefill": self.terms.k_prefill,
+                          "host_ms": self.terms.host_s * 1e3, "from": self.terms.label},
+                "mtp_acceptance": self.acceptance, "cost_sources": list(self.cost_sources)}
 
 
 def vendor_of(card) -> str:
@@ -80,70 +83,89 @@ def vendor_of(card) -> str:
 
 
 def family_of(model) -> str:
-    """The model family of the error classes: ``v4``, ``v3.2``, ``v3`` (V2, V3, R1, Kimi-K2 alike)."""
+    """The model family of the term and error classes: ``v4``, ``v3.2`` or ``v3`` (V2, V3, R1 alike)."""
     t = load_config(model).model_type
     return {"deepseek_v4": "v4", "deepseek_v32": "v3.2"}.get(t, "v3")
 
 
-def stored_terms(vendor: str, engine: str) -> ServedTerms:
-    """The corpus terms of a vendor and engine, from the most specific pool the stored fit has."""
+def class_of(spec: ServedSpec) -> tuple[str, str, str]:
+    return vendor_of(spec.card), spec.engine, family_of(spec.model)
+
+
+def stored_terms(cls: tuple[str, str, str]) -> ServedTerms:
+    """The corpus terms of class ``cls``, from the most specific pool the stored fit has."""
     terms = stored().get("terms", {})
-    for key in (f"{vendor}/{engine}", vendor, "all"):
+    for _, fields in POOLS:
+        key = pool_key(cls, fields)
         if key in terms:
             t = terms[key]
-            return ServedTerms(k_decode=t["k"], k_prefill=t["k"], host_s=t["host_ms"] / 1e3,
-                               label=f"served corpus, {t['pool']} ({t['runs']} runs, {t['documents']} documents)")
+            return ServedTerms(k_decode=t["k_decode"], k_prefill=t["k_prefill"], host_s=t["host_ms"] / 1e3,
+                               label=f"served corpus, pool {key} ({t['runs']} runs, {t['documents']} documents)")
     return ServedTerms()
 
 
 def stored_range(vendor: str, metric: str, family: str) -> tuple[float, float, str]:
     """The stored held-out log-error quantiles (10th, 90th) of the most specific class that has them."""
     errs = stored().get("errors", {})
-    for key in (f"{vendor}/{metric}/{family}", f"{vendor}/{metric}", metric):
+    for key, name in error_class_keys(vendor, metric, family):
         if key in errs:
             e = errs[key]
-            return e["q10"], e["q90"], key
-    return -math.log(2), math.log(2), "none (a factor of 2 either side)"
+            return e["q10"], e["q90"], f"{name} {key} ({e['points']} points)"
+    raise KeyError(f"no held-out errors stored for {metric}")
 
 
-def _ranged(value: float, vendor: str, metric: str, family: str) -> Ranged:
+def ranged(value: float, vendor: str, metric: str, family: str) -> Ranged:
     q10, q90, cls = stored_range(vendor, metric, family)
     return Ranged(value=value, low=value / math.exp(q90), high=value / math.exp(q10), range_from=cls)
 
 
 def load_calibration(path) -> ServedTerms:
-    """A user's calibration (``pdcalc calibrate -o FILE``): its terms."""
-    data = load_toml(path, str(path))
+    """A user's calibration (``pdcalc calibrate -o FILE``): its terms, each field checked."""
+    source = str(path)
+    data = load_toml(path, source)
     t = data.get("terms")
-    if not isinstance(t, dict) or not {"k", "host_ms"} <= set(t):
-        raise ConfigError(str(path), "terms", "missing: a calibration file has [terms] with k and host_ms")
-    try:
-        k, h = float(t["k"]), float(t["host_ms"]) / 1e3
-    except (TypeError, ValueError):
-        raise ConfigError(str(path), "terms", "k and host_ms must be numbers") from None
-    if not (0 < k < 1000 and 0 <= h < 10):
-        raise ConfigError(str(path), "terms", f"k must be in (0, 1000) and host_ms in [0, 10000), got {k}, {h * 1e3}")
-    return ServedTerms(k_decode=k, k_prefill=k, host_s=h, label=f"calibrated on {data.get('run', path)}")
+    if not isinstance(t, dict):
+        raise ConfigError(source, "[terms]", "missing: a calibration file has [terms] with "
+                          + ", ".join(CALIBRATION_KEYS))
+    vals = {}
+    for key, (lo, hi) in zip(CALIBRATION_KEYS, ((0.01, 100.0), (0.01, 100.0), (0.0, 10_000.0))):
+        v = t.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
+            raise ConfigError(source, f"[terms] {key}", f"must be a number from {lo:g} to {hi:g}, got {v!r}")
+        vals[key] = float(v)
+    run = data.get("run", {}).get("id", source) if isinstance(data.get("run"), dict) else source
+    return ServedTerms(k_decode=vals["k_decode"], k_prefill=vals["k_prefill"], host_s=vals["host_ms"] / 1e3,
+                       label=f"calibrated on {run}")
+
+
+def _sources(t: ServedTables) -> tuple[str, ...]:
+    out = ["kernel times: published costs (pdcalc.perf.published) at the card's figures"]
+    if t.sources:
+        out.append(f"MTP acceptance {t.acceptance:.3g} per draft: {', '.join(t.sources)}")
+    return tuple(out)
 
 
 def predict(spec: ServedSpec, *, terms: ServedTerms | None = None) -> ServedPrediction:
     """What the benchmark client will report for ``spec`` (see the module docstring); ``terms``: a user's
     calibration instead of the corpus's."""
     t = served_tables(spec)
-    vendor, family = vendor_of(spec.card), family_of(spec.model)
-    terms = terms or stored_terms(vendor, spec.engine)
+    cls = class_of(spec)
+    vendor, _, family = cls
+    terms = terms or stored_terms(cls)
+    short = max(t.decode.short_bytes, t.prefill.short_bytes) / GiB
+    if not t.fits:
+        return ServedPrediction(spec=spec, fits=False, short_gib=short, output_tokens_per_s=None,
+                                output_tokens_per_s_per_card=None, tpot_ms=None, ttft_ms=None, binds="memory",
+                                terms=terms, bound_output_tokens_per_s=None, bound_tpot_ms=None,
+                                acceptance=t.acceptance, cost_sources=_sources(t))
     sim = simulate(t, terms)
     bound = simulate(t, ServedTerms())
-    from pdcalc.perf.served import steady_state
-
-    binds = str(steady_state(t, terms).binds[0])
-    out = _ranged(sim.output_tokens_per_s, vendor, "output_tokens_per_s", family)
-    per_card = Ranged(out.value / spec.cards, out.low / spec.cards, out.high / spec.cards, out.range_from)
-    tpot = _ranged(sim.mean_tpot_s * 1e3, vendor, "tpot_s", family)
-    ttft = _ranged(sim.mean_ttft_s * 1e3, vendor, "ttft_s", family)
-    sources = tuple(f"MTP acceptance {t.acceptance:.3g}: {', '.join(t.sources)}" for _ in [0] if t.sources)
-    return ServedPrediction(spec=spec, output_tokens_per_s=out, output_tokens_per_s_per_card=per_card, tpot_ms=tpot,
-                            ttft_ms=ttft, binds=binds if t.fits else "memory", terms=terms,
-                            bound_output_tokens_per_s=bound.output_tokens_per_s, bound_tpot_ms=bound.mean_tpot_s * 1e3,
-                            fits=t.fits, short_gib=max(t.decode.short_bytes, t.prefill.short_bytes) / 2**30,
-                            cost_sources=sources)
+    out = ranged(sim.output_tokens_per_s, vendor, "output_tokens_per_s", family)
+    return ServedPrediction(spec=spec, fits=True, short_gib=0.0, output_tokens_per_s=out,
+                            output_tokens_per_s_per_card=out.scaled(1 / spec.cards),
+                            tpot_ms=ranged(sim.mean_tpot_s * 1e3, vendor, "tpot_s", family),
+                            ttft_ms=ranged(sim.mean_ttft_s * 1e3, vendor, "ttft_s", family),
+                            binds=str(steady_state(t, terms).binds[0]), terms=terms,
+                            bound_output_tokens_per_s=bound.output_tokens_per_s,
+                            bound_tpot_ms=bound.mean_tpot_s * 1e3, acceptance=t.acceptance,
+                            cost_sources=_sources(t))
