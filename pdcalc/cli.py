@@ -1,4 +1,5 @@
-"""Command line: ``pdcalc params | claims | memory | kv | throughput | plan | list | rerun``. JSON output
+"""Command line: ``pdcalc params | claims | memory | kv | throughput | plan | predict | calibrate | validate |
+list | rerun``. JSON output
 is a stable contract.
 
 Every flag is checked when it is parsed, by the same rules the package and chapter re-runs use
@@ -375,6 +376,173 @@ def cmd_rerun(args) -> int:
     return 0
 
 
+def _spec(path):
+    from pdcalc.layout.served import load_spec
+
+    return load_spec(path)
+
+
+def _sig(x: float, sig: int = 3) -> str:
+    """``x`` to ``sig`` significant figures, with thousands separators."""
+    from pdcalc.core.precision import round_sig
+
+    v = round_sig(float(x), sig)
+    return f"{v:,.0f}" if abs(v) >= 10 ** (sig - 1) else f"{v:,.{max(0, sig - 1 - math.floor(math.log10(abs(v))))}f}" \
+        if v else "0"
+
+
+def _ranged_text(r, unit: str, scale: float = 1.0) -> str:
+    return (f"{_sig(r.value * scale)} {unit} (likely {_sig(r.low * scale)} to {_sig(r.high * scale)})").replace(
+        "  ", " ")
+
+
+def _describe(spec) -> str:
+    def role(r):
+        return f"{r.instances} x TP{r.tp} DP{r.dp}{f' EP{r.ep}' if r.ep else ''}"
+
+    w = spec.workload
+    roles = (f"P {role(spec.prefill)}, D {role(spec.decode)}" if spec.disaggregated
+             else f"co-located {role(spec.serve)}")
+    load = (f"{w.concurrency:,} concurrent" if w.concurrency else "") + \
+        (f"{', ' if w.concurrency else ''}{w.request_rate:g} requests/s" if w.request_rate is not None else "")
+    return (f"{spec.model} on {spec.cards:,} x {spec.card}, {spec.engine}, {roles}"
+            f"{f', MTP {spec.draft_tokens}' if spec.draft_tokens else ''}; {w.prompt:,} -> {w.output:,} tokens, "
+            f"{load}{f', {w.num_prompts:,} prompts' if w.num_prompts else ''}")
+
+
+def cmd_predict(args) -> int:
+    from pdcalc.reality.predict import load_calibration, predict
+
+    spec = _spec(args.spec)
+    own = load_calibration(args.calibration) if args.calibration else None
+    p = predict(spec, terms=own)
+    out = {"spec": args.spec, **p.as_dict()}
+    if own is not None and p.fits:
+        corpus = predict(spec)
+        out["corpus"] = {k: getattr(corpus, k).as_dict() for k in ("output_tokens_per_s", "tpot_ms", "ttft_ms")}
+        out["calibration_moves_pct"] = {k: 100 * (getattr(p, k).value / getattr(corpus, k).value - 1)
+                                        for k in ("output_tokens_per_s", "tpot_ms", "ttft_ms")}
+    if args.json:
+        return _print_json(out, indent=2)
+    print(_describe(spec))
+    if not p.fits:
+        print(f"  does not fit: a card is short by {p.short_gib:.2f} GiB (weights and runtime under the "
+              f"memory cap)")
+        return 0
+    print(f"  output        {_ranged_text(p.output_tokens_per_s, 'tokens/s')}; per card "
+          f"{_ranged_text(p.output_tokens_per_s_per_card, 'tokens/s')}")
+    print(f"  TPOT          {_ranged_text(p.tpot_ms, 'ms')}")
+    print(f"  TTFT          {_ranged_text(p.ttft_ms, 's', 1e-3) if p.ttft_ms.value >= 1e4 else _ranged_text(p.ttft_ms, 'ms')}")
+    print(f"  binds: {p.binds}; ranges: 80 % of held-out errors ({p.tpot_ms.range_from})")
+    print(f"  the hardware's bound (published kernels, no host time): {_sig(p.bound_output_tokens_per_s)} tokens/s, "
+          f"TPOT {_sig(p.bound_tpot_ms)} ms")
+    print(f"  terms: decode kernels x {p.terms.k_decode:.3g}, prefill x {p.terms.k_prefill:.3g}, host "
+          f"{_sig(p.terms.host_s * 1e3)} ms per step ({p.terms.label})")
+    if "calibration_moves_pct" in out:
+        mv = out["calibration_moves_pct"]
+        print(f"  your calibration moves the corpus prediction: output {mv['output_tokens_per_s']:+.0f} %, "
+              f"TPOT {mv['tpot_ms']:+.0f} %, TTFT {mv['ttft_ms']:+.0f} %")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from pdcalc.core.errors import ConfigError
+    from pdcalc.reality.calibration import calibration_file, calibrate_run, result_metrics
+    from pdcalc.reality.predict import class_of, stored_terms
+    from pdcalc.reality.results import read_result
+
+    spec = _spec(args.spec)
+    res = read_result(args.result, client=args.client, run=args.run)
+    measured = result_metrics(res, spec, args.result)
+    if not measured:
+        raise ConfigError(args.result, "metrics", "no output throughput, mean TPOT or mean TTFT in the file")
+    prior = stored_terms(class_of(spec))
+    c = calibrate_run(spec, measured, prior, label=args.result)
+    text = calibration_file(c, spec_path=args.spec, result_path=args.result)
+    out_path = Path(args.output)
+    if out_path.resolve().is_relative_to(Path("book").resolve()):
+        raise ConfigError(args.output, "-o", "write the calibration outside book/")
+    out_path.write_text(text)
+    moves = _moves(spec, prior, c.terms)
+    out = {"output": args.output, "terms": {"k_decode": c.terms.k_decode, "k_prefill": c.terms.k_prefill,
+                                             "host_ms": c.terms.host_s * 1e3},
+           "corpus_terms": {"k_decode": prior.k_decode, "k_prefill": prior.k_prefill, "host_ms": prior.host_s * 1e3,
+                            "from": prior.label},
+           "measured": c.measured, "before": {k: c.before[k] for k in c.measured},
+           "after": {k: c.after[k] for k in c.measured}, "other_loads": moves}
+    if args.json:
+        return _print_json(out, indent=2)
+    print(f"{args.output}: decode kernels x {c.terms.k_decode:.3g}, prefill x {c.terms.k_prefill:.3g}, host "
+          f"{_sig(c.terms.host_s * 1e3)} ms per step (corpus: x {prior.k_decode:.3g}, x {prior.k_prefill:.3g}, "
+          f"{_sig(prior.host_s * 1e3)} ms)")
+    names = {"output_tokens_per_s": ("output", "tokens/s", 1.0), "tpot_s": ("TPOT", "ms", 1e3),
+             "ttft_s": ("TTFT", "ms", 1e3)}
+    for k, v in c.measured.items():
+        n, unit, f = names[k]
+        print(f"  {n:<7} measured {_sig(v * f)} {unit}; predicted {_sig(c.before[k] * f)} with the corpus's terms, "
+              f"{_sig(c.after[k] * f)} with yours")
+    print("  how far it moves this deployment's predictions at other loads (output tokens/s, TPOT):")
+    for m in moves:
+        print(f"    {m['load']:<24} output {m['output_moves_pct']:+.0f} %, TPOT {m['tpot_moves_pct']:+.0f} %")
+    print(f"  use it: pdcalc predict SPEC.toml --calibration {args.output}")
+    return 0
+
+
+def _moves(spec, prior, terms) -> list[dict]:
+    """The spec at a quarter, half, twice and four times its load, under the corpus's terms and ``terms``."""
+    from dataclasses import replace
+
+    from pdcalc.perf.scheduler import simulate
+    from pdcalc.perf.served import served_tables
+
+    w = spec.workload
+    out = []
+    for f in (0.25, 0.5, 2.0, 4.0):
+        if w.concurrency:
+            c = max(1, round(w.concurrency * f))
+            work = replace(w, concurrency=c, num_prompts=max(c, round((w.num_prompts or 4 * w.concurrency) * f)))
+            load = f"concurrency {c:,}"
+        elif w.request_rate == math.inf:
+            n = max(1, round(w.num_prompts * f))
+            work = replace(w, num_prompts=n)
+            load = f"{n:,} prompts at once"
+        else:
+            work = replace(w, request_rate=w.request_rate * f)
+            load = f"{w.request_rate * f:.3g} requests/s"
+        t = served_tables(replace(spec, workload=work))
+        a, b = simulate(t, prior), simulate(t, terms)
+        out.append({"load": load, "output_moves_pct": 100 * (b.output_tokens_per_s / a.output_tokens_per_s - 1),
+                    "tpot_moves_pct": 100 * (b.mean_tpot_s / a.mean_tpot_s - 1)})
+    return out
+
+
+def cmd_validate(args) -> int:
+    from pdcalc.reality.calibration import stored, stored_held_out
+
+    df = stored_held_out()
+    rows = [{"id": r.id, "metric": r.metric, "measured": r.measured, "predicted": r.predicted, "low": r.low,
+             "high": r.high, "held_out": True, "covered": bool(r.covered), "source": r.source_id,
+             "terms_from": r.pool} for r in df.itertuples()]
+    summ = stored()["summary"]
+    if args.json:
+        return _print_json({"predictions": rows, "summary": summ,
+                            "held_out_means": "each run predicted at terms fitted without its source document; "
+                                              "its range from other documents' held-out errors"}, indent=2)
+    units = {"output_tokens_per_s": ("tokens/s", 1.0), "tpot_s": ("ms", 1e3), "ttft_s": ("ms", 1e3)}
+    print(f"{'run':<64} {'metric':<6} {'measured':>10} {'predicted':>10} {'80 % range':>21}  in")
+    for r in rows:
+        unit, f = units[r["metric"]]
+        print(f"{r['id'][:64]:<64} {r['metric'].split('_')[0]:<6} {_sig(r['measured'] * f):>10} "
+              f"{_sig(r['predicted'] * f):>10} {_sig(r['low'] * f):>10}-{_sig(r['high'] * f):<10} "
+              f"{'yes' if r['covered'] else 'no'}  {unit}")
+    print("held out (leave one source out), over output tokens/s and TPOT:")
+    for k, s in summ.items():
+        print(f"  {k:<12} {s['points']:>4} points: median |error| {s['median_abs_err_pct']:.0f} %, 90th percentile "
+              f"{s['p90_abs_err_pct']:.0f} %, 80 % ranges cover {s['coverage_pct']:.0f} % (kernels alone: "
+              f"{s['before_median_abs_err_pct']:.0f} %, {s['before_p90_abs_err_pct']:.0f} %)")
+    return 0
+
+
 def _add_params(sub) -> None:
     sp = sub.add_parser("params", help="parameter counts of a model (preset name or config.json path)")
     sp.add_argument("model", type=_name)
@@ -518,10 +686,32 @@ def _add_rerun(sub) -> None:
     sr.set_defaults(func=cmd_rerun)
 
 
+def _add_served(sub) -> None:
+    sp = sub.add_parser("predict", help="what a benchmark client will report for a served deployment (SPEC.toml), "
+                                        "with its likely range")
+    sp.add_argument("spec", help="a served deployment spec (TOML: model, card, engine, roles, workload)")
+    sp.add_argument("--calibration", help="a calibration file from `pdcalc calibrate` (else the served corpus's)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_predict)
+    sc = sub.add_parser("calibrate", help="fit the served terms to your own benchmark result")
+    sc.add_argument("result", help="a benchmark client's result file (vllm bench serve --save-result JSON, "
+                                   "SGLang bench_serving JSONL, AISBench)")
+    sc.add_argument("--spec", required=True, help="the served deployment spec that produced it")
+    sc.add_argument("-o", "--output", required=True, help="the calibration file to write (TOML)")
+    sc.add_argument("--client", choices=("vllm", "sglang", "aisbench"), help="the client (default: detected)")
+    sc.add_argument("--run", type=_int(0), help="which run of a JSONL file, 0-based (default: the only one)")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_calibrate)
+    sv = sub.add_parser("validate", help="every served-corpus run predicted out of sample, and the held-out errors")
+    sv.add_argument("--json", action="store_true")
+    sv.set_defaults(func=cmd_validate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pdcalc", description="DeepSeek MoE deployment arithmetic, recomputed.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_params, _add_claims, _add_memory, _add_kv, _add_throughput, _add_plan, _add_list, _add_rerun):
+    for add in (_add_params, _add_claims, _add_memory, _add_kv, _add_throughput, _add_plan, _add_served,
+                _add_list, _add_rerun):
         add(sub)
     return p
 

@@ -39,6 +39,7 @@ def _design_of(run_id: str) -> list[dict]:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
+    from pdcalc.core.precision import round_sig
     from pdcalc.reality import calibration as cal
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -52,14 +53,12 @@ def main(argv=None) -> int:
         with Pool(max(1, args.jobs)) as pool:
             rows = [row for part in pool.map(_design_of, [r.id for r in runs], chunksize=1) for row in part]
         design = pd.DataFrame(rows)
-        for m in cal.METRICS:
-            design[m] = [cal.round_sig(float(v)) for v in design[m]]
         design.to_csv(design_path, index=False, lineterminator="\n")
         print(f"{cal.DESIGN_FILE}: {len(design)} points of {len(runs)} runs ({time.perf_counter() - t0:.0f} s)")
     design = pd.read_csv(design_path)
     held, fit = cal.build(runs, design)
     for col in ("measured", "predicted", "before", "low", "high", "log_error", "before_log_error", "host_ms"):
-        held[col] = [cal.round_sig(float(v)) for v in held[col]]
+        held[col] = [round_sig(float(v), cal.DIGITS) for v in held[col]]
     held.to_csv(DATA / cal.HELD_OUT_FILE, index=False, lineterminator="\n")
     (DATA / cal.CALIBRATION_FILE).write_text(cal.calibration_toml(fit))
     s = fit["summary"]["all"]

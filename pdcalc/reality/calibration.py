@@ -38,6 +38,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
+from pdcalc.core.precision import round_sig
 from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTables, ServedTerms, served_tables
 
@@ -139,8 +140,12 @@ def tables_of(run) -> ServedTables:
 
 def homogeneous(run) -> bool:
     """Whether every time in the run scales with the kernel factor: a closed loop with no KV transfer."""
-    w = run.spec.workload
-    return not run.spec.disaggregated and (w.request_rate is None or w.request_rate == math.inf)
+    return spec_homogeneous(run.spec)
+
+
+def spec_homogeneous(spec) -> bool:
+    w = spec.workload
+    return not spec.disaggregated and (w.request_rate is None or w.request_rate == math.inf)
 
 
 def _report(t: ServedTables, terms: ServedTerms) -> tuple[float, float, float]:
@@ -152,15 +157,18 @@ def design_points(run) -> list[dict]:
     """``run`` simulated on its design: one row per point, ``kd`` (1 for a homogeneous run, whose other kernel
     factors follow by scaling), ``rp`` (``k_p / k_d``), ``rh`` (``h / k_d``, seconds) and the client's three
     figures."""
-    t = tables_of(run)
-    kds = (1.0,) if homogeneous(run) else KD_DESIGN
+    return simulate_design(tables_of(run), run.id, homogeneous=homogeneous(run))
+
+
+def simulate_design(t: ServedTables, run_id: str, *, homogeneous: bool) -> list[dict]:
+    """The client simulation of tables ``t`` on the design (see :func:`design_points`)."""
     rows = []
-    for kd in kds:
+    for kd in (1.0,) if homogeneous else KD_DESIGN:
         for rp in RP_DESIGN:
             for rh in RH_DESIGN:
                 thr, tpot, ttft = _report(t, ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh))
-                rows.append({"id": run.id, "kd": kd, "rp": rp, "rh": rh, "output_tokens_per_s": thr,
-                             "tpot_s": tpot, "ttft_s": ttft})
+                rows.append({"id": run_id, "kd": kd, "rp": rp, "rh": rh,
+                             **{m: round_sig(v, DIGITS) for m, v in zip(METRICS, (thr, tpot, ttft))}})
     return rows
 
 
@@ -386,16 +394,9 @@ def summary(df: pd.DataFrame, by: tuple[str, ...] = (), *, column: str = "log_er
 DESIGN_FILE = "served_design.csv"
 HELD_OUT_FILE = "served_held_out.csv"
 CALIBRATION_FILE = "served_calibration.toml"
-#: Significant digits the stored figures keep (simulated times are exact to far more; this is what the
+#: Significant figures the stored figures keep (simulated times are exact to far more; this is what the
 #: comparison of a fresh simulation with the stored one allows).
-DIGITS = 7
-
-
-def round_sig(x: float, digits: int = DIGITS) -> float:
-    """``x`` to ``digits`` significant digits."""
-    if x == 0 or not math.isfinite(x):
-        return x
-    return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
+DIGITS = 6
 
 
 def _data_path(name: str):
@@ -455,7 +456,7 @@ def calibration_toml(cal: dict) -> str:
         if isinstance(v, str):
             return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
         if isinstance(v, float):
-            return repr(round_sig(v))
+            return repr(round_sig(v, DIGITS))
         return repr(v)
 
     lines = ["# The served model's corpus fit: written by tools/calibrate_corpus.py from served_design.csv",
@@ -470,3 +471,98 @@ def calibration_toml(cal: dict) -> str:
             lines.append(f'[{table}."{key}"]')
             lines.extend(f"{k} = {value(v)}" for k, v in row.items())
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ a user's own run
+#: Weight of the corpus terms in a one-run calibration: a tie-breaker, so that what one run cannot tell apart
+#: (its prefill factor when it printed no TTFT, say) stays at the corpus's value.
+PRIOR_WEIGHT = 0.02
+
+
+@dataclass(frozen=True)
+class OwnCalibration:
+    """Terms fitted on one measured run, with what it measured and the predictions before and after."""
+
+    terms: ServedTerms
+    prior: ServedTerms
+    measured: dict
+    before: dict          # metric -> predicted at the corpus terms
+    after: dict           # metric -> predicted at the fitted terms
+
+
+def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label: str) -> OwnCalibration:
+    """Terms fitted on one run of ``spec`` that measured ``measured`` (metric -> value in SI units, of
+    :data:`METRICS`): the grid point of least weighted absolute log error, the distance from ``prior`` (the
+    corpus's terms) weighted by :data:`PRIOR_WEIGHT` breaking ties."""
+    t = served_tables(spec)
+    rows = pd.DataFrame(simulate_design(t, label, homogeneous=spec_homogeneous(spec)))
+    s = surrogate(rows)
+    obj = sum(METRIC_WEIGHT[m] * np.abs(s[m] - math.log(v)) for m, v in measured.items())
+    kd = np.repeat(np.asarray(KD_FIT), len(RP_FIT) * len(RH_FIT))
+    rp = np.tile(np.repeat(np.asarray(RP_FIT), len(RH_FIT)), len(KD_FIT))
+    rh = np.tile(np.asarray(RH_FIT), len(KD_FIT) * len(RP_FIT))
+    p_rp, p_rh = prior.k_prefill / prior.k_decode, prior.host_s / prior.k_decode
+    obj = obj + PRIOR_WEIGHT * (np.abs(np.log(kd / prior.k_decode)) + np.abs(np.log(rp / p_rp))
+                                + np.abs(np.log((rh + H0) / (p_rh + H0))))
+    g = fit_grid()[int(np.argmin(obj))]
+    terms = ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s, label=f"calibrated on {label}")
+    before = dict(zip(METRICS, _report(t, prior)))
+    after = dict(zip(METRICS, _report(t, terms)))
+    return OwnCalibration(terms=terms, prior=prior, measured=dict(measured), before=before, after=after)
+
+
+def result_metrics(res, spec, source: str) -> dict[str, float]:
+    """What a client's result file measured (SI units, :data:`METRICS`), after checking that it is a run of
+    ``spec``'s workload: the same concurrency and number of prompts where both state them, and mean lengths
+    within :data:`LENGTH_TOLERANCE` of the spec's."""
+    from pdcalc.core.errors import ConfigError
+
+    w = spec.workload
+    if res.concurrency is not None and w.concurrency is not None and res.concurrency != w.concurrency:
+        raise ConfigError(source, "max_concurrency", f"{res.concurrency} in the result, {w.concurrency} in the spec's "
+                          "[workload] concurrency: give the spec of the run that wrote it")
+    if res.num_prompts is not None and w.num_prompts is not None and res.num_prompts != w.num_prompts:
+        raise ConfigError(source, "num_prompts", f"{res.num_prompts} in the result, {w.num_prompts} in the spec's "
+                          "[workload] num_prompts")
+    for got, want, what in ((res.mean_input_tokens, w.mean_prompt, "prompt"),
+                            (res.mean_output_tokens, w.mean_output, "output")):
+        if got is not None and abs(got / want - 1) > LENGTH_TOLERANCE:
+            raise ConfigError(source, f"mean {what} tokens", f"{got:,.0f} per request in the result, {want:,.0f} in "
+                              f"the spec ([workload] {what}, min_length_ratio)")
+    out = {}
+    if res.output_tokens_per_s is not None:
+        out["output_tokens_per_s"] = res.output_tokens_per_s
+    if res.mean_tpot_ms is not None:
+        out["tpot_s"] = res.mean_tpot_ms / 1e3
+    if res.mean_ttft_ms is not None:
+        out["ttft_s"] = res.mean_ttft_ms / 1e3
+    return {k: v for k, v in out.items() if v > 0}
+
+
+#: How far a result's mean lengths may be from its spec's (a client's random lengths, EOS before the cap).
+LENGTH_TOLERANCE = 0.25
+
+
+def calibration_file(c: OwnCalibration, *, spec_path: str, result_path: str) -> str:
+    """A calibration as ``pdcalc calibrate -o`` writes it (``pdcalc predict --calibration`` reads it)."""
+    def num(x: float) -> str:
+        return repr(round_sig(float(x), DIGITS))
+
+    lines = ["# Served terms fitted on one measured run (pdcalc calibrate).", "[terms]",
+             f"k_decode = {num(c.terms.k_decode)}", f"k_prefill = {num(c.terms.k_prefill)}",
+             f"host_ms = {num(c.terms.host_s * 1e3)}", "", "[run]",
+             f"id = {json_str(result_path)}", f"spec = {json_str(spec_path)}", "", "[prior]",
+             f"from = {json_str(c.prior.label)}", f"k_decode = {num(c.prior.k_decode)}",
+             f"k_prefill = {num(c.prior.k_prefill)}", f"host_ms = {num(c.prior.host_s * 1e3)}", ""]
+    for title, d in (("measured", c.measured), ("predicted_before", c.before), ("predicted_after", c.after)):
+        lines.append(f"[{title}]")
+        lines.extend(f"{k} = {num(v)}" for k, v in d.items() if k in c.measured)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def json_str(s: str) -> str:
+    """``s`` as a TOML basic string."""
+    import json
+
+    return json.dumps(str(s), ensure_ascii=False)
