@@ -476,7 +476,7 @@ def calibration_toml(cal: dict) -> str:
 # ------------------------------------------------------------------------------ a user's own run
 #: Weight of the corpus terms in a one-run calibration: a tie-breaker, so that what one run cannot tell apart
 #: (its prefill factor when it printed no TTFT, say) stays at the corpus's value.
-PRIOR_WEIGHT = 0.02
+PRIOR_WEIGHT = 0.002
 
 
 @dataclass(frozen=True)
@@ -505,7 +505,19 @@ def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label
     obj = obj + PRIOR_WEIGHT * (np.abs(np.log(kd / prior.k_decode)) + np.abs(np.log(rp / p_rp))
                                 + np.abs(np.log((rh + H0) / (p_rh + H0))))
     g = fit_grid()[int(np.argmin(obj))]
-    terms = ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s, label=f"calibrated on {label}")
+
+    def loss(x) -> float:                       # x: log k_d, log k_p / k_d, log(h / k_d + H0)
+        kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
+        got = dict(zip(METRICS, _report(t, ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_))))
+        return (sum(METRIC_WEIGHT[m] * abs(math.log(got[m] / v)) for m, v in measured.items())
+                + PRIOR_WEIGHT * (abs(x[0] - math.log(prior.k_decode)) + abs(x[1] - math.log(p_rp))
+                                  + abs(x[2] - math.log(p_rh + H0))))
+
+    x = [math.log(g.k_decode), math.log(g.k_prefill / g.k_decode), math.log(g.host_s / g.k_decode + H0)]
+    x = _pattern_search(loss, x, step=0.16, last=0.01)
+    kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
+    terms = ServedTerms(k_decode=round_sig(kd_, DIGITS), k_prefill=round_sig(kd_ * rp_, DIGITS),
+                        host_s=round_sig(kd_ * rh_ * 1e3, DIGITS) / 1e3, label=f"calibrated on {label}")
     before = dict(zip(METRICS, _report(t, prior)))
     after = dict(zip(METRICS, _report(t, terms)))
     return OwnCalibration(terms=terms, prior=prior, measured=dict(measured), before=before, after=after)
@@ -566,3 +578,22 @@ def json_str(s: str) -> str:
     import json
 
     return json.dumps(str(s), ensure_ascii=False)
+
+
+def _pattern_search(f, x, *, step: float, last: float) -> list[float]:
+    """A compass search: move one coordinate by ``step`` while ``f`` falls, halving the step down to ``last``
+    (the one-run calibration refined on the simulation itself, from the grid's best point)."""
+    x, best = list(x), f(x)
+    while step >= last:
+        moved = False
+        for i in range(len(x)):
+            for d in (step, -step):
+                y = list(x)
+                y[i] += d
+                v = f(y)
+                if v < best - 1e-12:
+                    x, best, moved = y, v, True
+                    break
+        if not moved:
+            step /= 2
+    return x

@@ -1,0 +1,304 @@
+"""The served model: the client simulation's arithmetic, the stored corpus fit against a fresh simulation and
+refit, predictions with ranges, a user's own calibration, and the predict / calibrate / validate commands."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cli_harness import run_cli
+from pdcalc.core.errors import ConfigError
+from pdcalc.layout.served import spec_from_dict
+from pdcalc.perf.scheduler import simulate
+from pdcalc.perf.served import ServedTerms, chunk_s, served_tables
+from pdcalc.reality import calibration as cal
+from pdcalc.reality.predict import load_calibration, predict
+from pdcalc.reality.served_runs import get
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "data" / "results"
+DEEPSEEK_RESULT = RESULTS / "sglang" / "datacrunch_h200_deepseek_dp_mla_output.jsonl"
+DEEPSEEK_SPEC = RESULTS / "specs" / "datacrunch_h200_deepseek_dp_mla.toml"
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+TERMS = ServedTerms(k_decode=1.7, k_prefill=2.3, host_s=0.004)
+
+
+def spec(serve=None, workload=None, engine="vllm", **top):
+    d = {"model": "deepseek-v3", "card": "h200", "engine": engine, "serve": serve or {"tp": 8},
+         "workload": workload or {"prompt": 1000, "output": 200, "concurrency": 1, "num_prompts": 1}, **top}
+    return spec_from_dict(d, "test")
+
+
+# ------------------------------------------------------------------------------ the simulation
+def test_one_request_is_one_prefill_then_decode_steps():
+    t = served_tables(spec())
+    r = simulate(t, TERMS)
+    prefill = TERMS.k_prefill * float(chunk_s(t.prefill, 1000, mixed=False)) + TERMS.host_s
+    step = TERMS.k_decode * float(np.interp(1, t.decode.batch, t.decode.decode_s)) + TERMS.host_s
+    assert r.mean_ttft_s == pytest.approx(prefill, rel=1e-12)
+    assert r.mean_tpot_s == pytest.approx(step, rel=1e-12)
+    assert r.output_tokens_per_s == pytest.approx(200 / (prefill + 199 * step), rel=1e-12)
+
+
+def test_closed_loop_scales_with_the_kernel_factor():
+    """What the stored design relies on: every time of a closed loop is k times longer when all terms are."""
+    t = served_tables(spec(serve={"tp": 4, "dp": 2, "ep": 8}, engine="sglang",
+                           workload={"prompt": 3000, "output": 300, "concurrency": 24, "num_prompts": 60,
+                                     "min_length_ratio": 0.0}))
+    a = simulate(t, TERMS)
+    b = simulate(t, ServedTerms(k_decode=3 * TERMS.k_decode, k_prefill=3 * TERMS.k_prefill, host_s=3 * TERMS.host_s))
+    assert b.output_tokens_per_s == pytest.approx(a.output_tokens_per_s / 3, rel=1e-9)
+    assert b.mean_tpot_s == pytest.approx(3 * a.mean_tpot_s, rel=1e-9)
+    assert b.mean_ttft_s == pytest.approx(3 * a.mean_ttft_s, rel=1e-9)
+
+
+def test_an_open_loop_with_one_slot_is_a_closed_loop_of_one():
+    w = {"prompt": 2000, "output": 100, "concurrency": 1, "num_prompts": 8}
+    a = simulate(served_tables(spec(workload=w)), TERMS)
+    b = simulate(served_tables(spec(workload={**w, "request_rate": 50.0})), TERMS)
+    assert b.mean_tpot_s == pytest.approx(a.mean_tpot_s, rel=1e-9)
+    assert b.mean_ttft_s == pytest.approx(a.mean_ttft_s, rel=1e-9)
+
+
+def test_prefill_first_stalls_the_decode_batch():
+    """Two 6,000-token prompts at once under an 8,192-token budget: the first prompt is done in step one, the
+    second's rest takes step two. SGLang runs step two on its own, so the first sequence waits for it before it
+    decodes with the second; vLLM decodes the first sequence's token in step two."""
+    w = {"prompt": 6000, "output": 100, "concurrency": 2, "num_prompts": 2}
+    t = served_tables(spec(workload=w, engine="sglang"))
+    k, h = TERMS, TERMS.host_s
+
+    def dec(b):
+        return k.k_decode * float(np.interp(b, t.decode.batch, t.decode.decode_s))
+
+    step2 = k.k_prefill * float(chunk_s(t.prefill, 12000 - t.prefill.budget, mixed=False)) + h
+    s2 = dec(2) + h
+    tpot_a, tpot_b = (step2 + 99 * s2) / 99, s2
+    r = simulate(t, TERMS)
+    assert r.mean_tpot_s == pytest.approx((tpot_a + tpot_b) / 2, rel=1e-12)
+    mixed = simulate(served_tables(spec(workload=w, engine="vllm")), TERMS)
+    assert mixed.mean_tpot_s < r.mean_tpot_s
+
+
+def test_dp_ranks_step_together():
+    """Three requests on an instance of two DP ranks: one rank decodes two sequences, the other one; the steps
+    span both ranks, so the lone sequence advances at the two-sequence step, not its own."""
+    t = served_tables(spec(serve={"tp": 4, "dp": 2, "ep": 8},
+                           workload={"prompt": 100, "output": 50, "concurrency": 3, "num_prompts": 3}))
+
+    def dec(b):
+        return TERMS.k_decode * float(np.interp(b, t.decode.batch, t.decode.decode_s)) + TERMS.host_s
+
+    r = simulate(t, TERMS)
+    assert r.mean_tpot_s == pytest.approx(dec(2), rel=1e-12)
+    assert dec(2) > dec(1)
+
+
+def test_lengths_drawn_as_sglang_draws_them():
+    w = {"prompt": 1000, "output": 1000, "concurrency": 8, "num_prompts": 400, "min_length_ratio": 0.0}
+    s = spec(workload=w)
+    assert s.workload.mean_output == 500
+    t = served_tables(s)
+    r = simulate(t, TERMS)
+    fixed = simulate(served_tables(spec(workload={**w, "min_length_ratio": 1.0})), TERMS)
+    # half the tokens per request: the run is shorter and emits about half the tokens
+    assert 0.3 < r.duration_s / fixed.duration_s < 0.7
+
+
+def test_min_length_ratio_is_checked():
+    with pytest.raises(ConfigError, match=r"\[workload\] min_length_ratio"):
+        spec(workload={"prompt": 10, "output": 10, "concurrency": 1, "min_length_ratio": 1.5})
+
+
+# ------------------------------------------------------------------------------ the stored fit
+def test_stored_design_is_what_the_simulation_gives():
+    """A sample of the stored design re-simulated: stale when the corpus, the step or the simulation changed
+    (then run tools/calibrate_corpus.py)."""
+    design = cal.stored_design()
+    ids = sorted(design["id"].unique())
+    for rid in (ids[0], ids[len(ids) // 3], ids[2 * len(ids) // 3], ids[-1]):
+        rows = design[design["id"] == rid]
+        row = rows.iloc[len(rows) // 2]
+        t = cal.tables_of(get(rid))
+        got = simulate(t, ServedTerms(k_decode=row.kd, k_prefill=row.kd * row.rp, host_s=row.kd * row.rh))
+        for m, v in zip(cal.METRICS, (got.output_tokens_per_s, got.mean_tpot_s, got.mean_ttft_s)):
+            assert v == pytest.approx(row[m], rel=1e-5), (rid, m)
+
+
+def test_stored_design_covers_every_predictable_run():
+    design = cal.stored_design()
+    runs = cal.predictable_runs()
+    assert sorted(design["id"].unique()) == sorted(r.id for r in runs)
+    for r in runs:
+        n = len(cal.RP_DESIGN) * len(cal.RH_DESIGN) * (1 if cal.homogeneous(r) else len(cal.KD_DESIGN))
+        assert (design["id"] == r.id).sum() == n
+
+
+@pytest.fixture(scope="module")
+def refit():
+    runs = cal.predictable_runs()
+    return runs, cal.make_points(runs, cal.stored_design())
+
+
+def test_stored_terms_are_the_refit(refit):
+    runs, pts = refit
+    stored = cal.stored()["terms"]
+    fresh = cal.corpus_fits(pts)
+    assert set(stored) == set(fresh)
+    for key, row in fresh.items():
+        for k in ("k_decode", "k_prefill", "host_ms", "runs", "documents"):
+            assert stored[key][k] == pytest.approx(row[k], rel=1e-5), (key, k)
+
+
+def test_held_out_terms_leave_the_document_out(refit):
+    """Each stored held-out prediction's terms are those fitted without its document, and its prediction is the
+    simulation at them (a sample re-simulated)."""
+    runs, pts = refit
+    held = cal.stored_held_out()
+    by_id = {r.id: r for r in runs}
+    for src in sorted(held["source_id"].unique()):
+        train = [p for p in pts if p.source_id != src]
+        rows = held[held["source_id"] == src]
+        rid = rows.iloc[0]["id"]
+        terms, _, key = cal.fit(train, cal.term_class(by_id[rid]))
+        assert rows.iloc[0]["pool"] == key
+        assert (rows.iloc[0]["k_decode"], rows.iloc[0]["k_prefill"]) == pytest.approx(
+            (terms.k_decode, terms.k_prefill), rel=1e-5)
+        assert rows.iloc[0]["host_ms"] == pytest.approx(terms.host_s * 1e3, rel=1e-5, abs=1e-9)
+    for _, row in held.iloc[:: max(1, len(held) // 3)].iterrows():
+        t = cal.tables_of(by_id[row["id"]])
+        sim = simulate(t, ServedTerms(k_decode=row["k_decode"], k_prefill=row["k_prefill"],
+                                      host_s=row["host_ms"] / 1e3))
+        got = {"output_tokens_per_s": sim.output_tokens_per_s, "tpot_s": sim.mean_tpot_s,
+               "ttft_s": sim.mean_ttft_s}[row["metric"]]
+        assert got == pytest.approx(row["predicted"], rel=1e-4)
+
+
+def test_every_source_is_held_out_whole():
+    held = cal.stored_held_out()
+    runs = cal.predictable_runs()
+    assert set(held["id"]) == {r.id for r in runs}
+    assert set(held["source_id"]) == {r.source_id for r in runs}
+
+
+def test_stored_summary_and_coverage_are_the_held_out_tables():
+    held = cal.stored_held_out()
+    scored = held[held["metric"].isin(("output_tokens_per_s", "tpot_s"))]
+    s = cal.summary(scored).iloc[0]
+    stored = cal.stored()["summary"]["all"]
+    assert stored["points"] == len(scored)
+    assert stored["median_abs_err_pct"] == pytest.approx(s["median_abs_err_pct"], abs=0.06)
+    assert stored["p90_abs_err_pct"] == pytest.approx(s["p90_abs_err_pct"], abs=0.06)
+    assert stored["coverage_pct"] == pytest.approx(100 * scored["covered"].mean(), abs=0.06)
+    inside = (held["low"] <= held["measured"]) & (held["measured"] <= held["high"])
+    assert (inside == held["covered"]).all()
+
+
+def test_a_points_range_leaves_its_document_out():
+    held = cal.stored_held_out()
+    row = held.iloc[0]
+    lo, hi, _ = cal.interval(held, row["predicted"], row["vendor"], row["metric"], row["model_family"],
+                             exclude_source=row["source_id"])
+    assert (lo, hi) == pytest.approx((row["low"], row["high"]), rel=1e-5)
+    lo_in, hi_in, _ = cal.interval(held, row["predicted"], row["vendor"], row["metric"], row["model_family"])
+    assert (lo_in, hi_in) != pytest.approx((lo, hi), rel=1e-9)
+
+
+def test_the_served_model_beats_the_kernels_alone_out_of_sample():
+    s = cal.stored()["summary"]["all"]
+    assert s["median_abs_err_pct"] < s["before_median_abs_err_pct"]
+    assert s["p90_abs_err_pct"] < s["before_p90_abs_err_pct"]
+
+
+# ------------------------------------------------------------------------------ predictions
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_examples_predict_with_ranges(path):
+    from pdcalc.layout.served import load_spec
+
+    s = load_spec(path)
+    p = predict(s)
+    assert p.fits
+    for r in (p.output_tokens_per_s, p.tpot_ms, p.ttft_ms):
+        assert r.low < r.value < r.high
+    assert p.output_tokens_per_s_per_card.value == pytest.approx(p.output_tokens_per_s.value / s.cards)
+    assert p.bound_output_tokens_per_s > p.output_tokens_per_s.value   # the kernels alone are a bound
+
+
+def test_a_deployment_that_does_not_fit_is_a_result():
+    p = predict(spec(model="deepseek-v3", card="h100", serve={"tp": 8}))
+    assert not p.fits and p.short_gib > 0 and p.tpot_ms is None
+    d = p.as_dict()
+    assert d["fits"] is False and d["output_tokens_per_s"] is None
+
+
+def test_calibration_recovers_known_terms():
+    """A run simulated at known terms, read back as if measured: the calibration predicts it within the grid's
+    resolution, and moves a corpus prediction that was off."""
+    s = spec(serve={"tp": 8}, workload={"prompt": 2000, "output": 500, "concurrency": 16, "num_prompts": 64})
+    truth = ServedTerms(k_decode=2.0, k_prefill=3.0, host_s=0.006)
+    r = simulate(served_tables(s), truth)
+    measured = {"output_tokens_per_s": r.output_tokens_per_s, "tpot_s": r.mean_tpot_s, "ttft_s": r.mean_ttft_s}
+    c = cal.calibrate_run(s, measured, ServedTerms(), label="known")
+    for m, v in measured.items():
+        assert c.after[m] == pytest.approx(v, rel=0.05), m
+        assert abs(math.log(c.before[m] / v)) > abs(math.log(c.after[m] / v))
+
+
+# ------------------------------------------------------------------------------ commands
+def test_predict_json_contract():
+    out = run_cli("predict", EXAMPLES[0], "--json")
+    assert out.code == 0, out.err
+    d = json.loads(out.out)
+    for k in ("output_tokens_per_s", "output_tokens_per_s_per_card", "tpot_ms", "ttft_ms"):
+        assert set(d[k]) == {"value", "low", "high"} and d[k]["low"] <= d[k]["value"] <= d[k]["high"]
+    assert isinstance(d["binds"], str) and d["cost_sources"]
+    assert d["bound"]["output_tokens_per_s"] > d["output_tokens_per_s"]["value"]
+
+
+def test_calibrate_on_a_real_result_and_predict_with_it(tmp_path):
+    out_file = tmp_path / "cal.toml"
+    out = run_cli("calibrate", DEEPSEEK_RESULT, "--spec", DEEPSEEK_SPEC, "-o", out_file, "--json")
+    assert out.code == 0, out.err
+    d = json.loads(out.out)
+    measured = d["measured"]["output_tokens_per_s"]
+    assert measured == pytest.approx(12412.394674113431)          # the file's output_throughput
+    assert abs(d["after"]["output_tokens_per_s"] / measured - 1) < abs(d["before"]["output_tokens_per_s"] / measured - 1)
+    terms = load_calibration(out_file)
+    assert terms.k_decode == pytest.approx(d["terms"]["k_decode"])
+    p = run_cli("predict", DEEPSEEK_SPEC, "--calibration", out_file, "--json")
+    assert p.code == 0, p.err
+    pd_ = json.loads(p.out)
+    assert pd_["output_tokens_per_s"]["value"] == pytest.approx(d["after"]["output_tokens_per_s"], rel=1e-9)
+    assert "calibration_moves_pct" in pd_
+
+
+def test_calibrate_refuses_a_result_of_another_workload(tmp_path):
+    out = run_cli("calibrate", RESULTS / "sglang" / "TonyLi15_agg_n100_in512_out128_c32.jsonl", "--spec",
+                  DEEPSEEK_SPEC, "-o", tmp_path / "x.toml")
+    assert out.code == 2 and "mean prompt tokens" in out.err and len(out.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("body, field", [("", "[terms]"), ("[terms]\nk_decode = 2\nk_prefill = 1\n", "host_ms"),
+                                         ("[terms]\nk_decode = -1\nk_prefill = 1\nhost_ms = 1\n", "k_decode")])
+def test_a_bad_calibration_file_is_one_line(tmp_path, body, field):
+    f = tmp_path / "c.toml"
+    f.write_text(body)
+    out = run_cli("predict", EXAMPLES[0], "--calibration", f)
+    assert out.code == 2 and field in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_validate_lists_every_held_out_prediction():
+    out = run_cli("validate", "--json")
+    assert out.code == 0, out.err
+    d = json.loads(out.out)
+    held = cal.stored_held_out()
+    assert len(d["predictions"]) == len(held)
+    assert all(r["held_out"] for r in d["predictions"])
+    assert set(d["predictions"][0]) >= {"id", "measured", "predicted", "low", "high", "held_out", "source"}
+    assert d["summary"]["all"] == cal.stored()["summary"]["all"]
