@@ -25,6 +25,8 @@ from pdcalc.core.errors import PdcalcError
 
 #: KV cache layouts and formats the commands accept (pdcalc.model.kv_layout checks the pair for each model).
 ENGINE_CHOICES = ("reference", "vllm", "vllm-ascend")
+#: Serving engines whose served terms the planner may take (pdcalc.layout.served.SERVING_ENGINES).
+SERVING_ENGINE_CHOICES = ("vllm", "vllm-ascend", "sglang", "trtllm", "mindie", "omni-infer")
 KV_DTYPES = ("auto", "bf16", "fp8", "fp8_ds_mla")
 
 
@@ -286,11 +288,21 @@ def cmd_plan(args) -> int:
     def tps(values):
         return None if values is None else tuple(dict.fromkeys(values))
 
+    own = None
+    if args.calibration:
+        from pdcalc.core.checks import InputError
+        from pdcalc.reality.predict import load_calibration
+
+        if args.costs != "served":
+            raise InputError("--calibration", "applies to --costs served only")
+        own = load_calibration(args.calibration)
+
     setup = Setup(model=args.model, quant=args.quant, card=args.card, cards=args.cards, mtp=args.mtp,
                   engine=args.engine, kv_cache_dtype=args.kv_dtype, utilization=args.utilization,
                   bandwidth_bytes_per_s=args.bandwidth_gb_s * 1e9, tp_options=tps(args.tp),
                   p_tp_options=tps(args.p_tp), d_tp_options=tps(args.d_tp), frontier_points=args.frontier_points,
-                  step_kwargs={"costs": args.costs})
+                  costs=args.costs, serving_engine=args.serving_engine, draft_tokens=args.draft_tokens,
+                  dataset=args.dataset, served_terms=own)
     work = Workload(prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
                     concurrency=args.concurrency, ttft_s=args.ttft_ms and args.ttft_ms / 1e3,
                     tpot_s=args.tpot_ms and args.tpot_ms / 1e3)
@@ -298,9 +310,18 @@ def cmd_plan(args) -> int:
     keys = ["p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp", "cards", "concurrency",
             "kv_capacity_seqs", "prefill_load", "ttft_s", "tpot_s", "output_tokens_per_s", "tokens_per_s_per_card",
             "binding"]
+    keys += [c for c in p.ranked.columns if c.endswith(("_low", "_high"))]
     rows = [{k: _clean(v) for k, v in r.items()}
             for r in p.ranked[keys].head(args.top).to_dict("records")]
-    out = {"model": args.model, "card": args.card, "cards": args.cards, "costs": args.costs, "splits": p.splits,
+    out = {"model": args.model, "card": args.card, "cards": args.cards, "costs": args.costs,
+           "served_terms": ({"k_decode": setup.terms.k_decode, "k_prefill": setup.terms.k_prefill,
+                             "host_ms": setup.terms.host_s * 1e3, "from": setup.terms.label}
+                            if args.costs == "served" else None),
+           "ranges": ("80 %: the 10th to 90th percentile of held-out errors of the served model's class"
+                      if args.costs == "served" else
+                      "none: the roofline is the hardware's bound" if args.costs == "roofline" else
+                      "none: the published kernel costs alone"),
+           "splits": p.splits,
            "evaluated": p.evaluated, "feasible": len(p.ranked), "result": p.reason or "fits", "ranked": rows,
            "evaluated_means": "for each P layout, D layout and number of D instances, the fewest P instances that "
                               "meet the prefill load limit and the TTFT target (more are dominated)",
@@ -316,11 +337,21 @@ def cmd_plan(args) -> int:
     for k in ("TPOT", "TTFT"):
         print(f"  {k} target: {t.stated(k)} ({t.tpot_source if k == 'TPOT' else t.ttft_source})")
     print(f"  {p.why}")
+    if args.costs == "served":
+        tm = setup.terms
+        print(f"  step model: served (decode kernels x {tm.k_decode:.3g}, prefill x {tm.k_prefill:.3g}, host "
+              f"{_sig(tm.host_s * 1e3)} ms per step; {tm.label}); ranges: 80 % of held-out errors")
+    else:
+        print(f"  step model: {'the roofline, the hardware bound' if args.costs == 'roofline' else 'published kernel costs alone'}"
+              f" (no range)")
     if not p.reason:
-        print(f"  {'P':>9} {'D':>9} {'cards':>5} {'TTFT ms':>9} {'TPOT ms':>8} {'tok/s':>10} {'tok/s/card':>10}  binds")
+        ranged = "tpot_s_low" in p.ranked.columns
+        print(f"  {'P':>9} {'D':>9} {'cards':>5} {'TTFT ms':>9} {'TPOT ms':>8}{' (likely)':>16} {'tok/s':>10} "
+              f"{'tok/s/card':>10}  binds")
         for r in rows:
+            likely = f"{r['tpot_s_low'] * 1e3:>7.1f}-{r['tpot_s_high'] * 1e3:<7.1f}" if ranged else " " * 15
             print(f"  {r['p_instances']:>3} x {r['p_size']:<3}{r['d_instances']:>3} x {r['d_size']:<3}{r['cards']:>5} "
-                  f"{r['ttft_s'] * 1e3:>9.1f} {r['tpot_s'] * 1e3:>8.2f} {r['output_tokens_per_s']:>10,.0f} "
+                  f"{r['ttft_s'] * 1e3:>9.1f} {r['tpot_s'] * 1e3:>8.2f} {likely} {r['output_tokens_per_s']:>10,.0f} "
                   f"{r['tokens_per_s_per_card']:>10,.1f}  {r['binding']}")
     else:
         print(f"  disaggregated: {p.reason}")
@@ -649,9 +680,15 @@ def _add_plan(sub) -> None:
     spl.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                      help="KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     spl.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
-    spl.add_argument("--costs", choices=("roofline", "published"), default="roofline",
-                     help="step time: the roofline with flat efficiencies, or kernel costs from published "
-                          "measurements (as pdcalc throughput --costs)")
+    spl.add_argument("--costs", choices=("served", "published", "roofline"), default="served",
+                     help="step time: the served model (published kernel costs x the served corpus's terms, with "
+                          "80 %% ranges; the default), the published kernel costs alone, or the roofline with flat "
+                          "efficiencies (the hardware's bound)")
+    spl.add_argument("--calibration", help="a calibration file from `pdcalc calibrate` (served model)")
+    spl.add_argument("--serving-engine", choices=tuple(SERVING_ENGINE_CHOICES), default=None,
+                     help="the engine whose served terms apply (default: vllm-ascend on Ascend, vllm elsewhere)")
+    spl.add_argument("--draft-tokens", type=_int(0, 16), default=0, help="MTP draft tokens per decode step")
+    spl.add_argument("--dataset", default="random", help="what the prompts are (MTP acceptance depends on it)")
     spl.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="MTP module loaded")
     spl.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
     spl.add_argument("--bandwidth-gb-s", type=_num(*BANDWIDTH_GB_S, low_open=False), default=18.0, help="P -> D bandwidth per request, GB/s")

@@ -135,7 +135,8 @@ def test_throughput_json_matches_the_step_model():
 
 
 def test_plan_json_ranks_and_nothing_fits_is_a_result():
-    args = ("plan", "--card", "ascend-910b2", "--prompt", "4096", "--output", "1024", "--concurrency", "256", "--json")
+    args = ("plan", "--card", "ascend-910b2", "--prompt", "4096", "--output", "1024", "--concurrency", "256", "--json",
+            "--costs", "roofline")
     out = run(*args, "--cards", "32")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -149,7 +150,7 @@ def test_plan_json_ranks_and_nothing_fits_is_a_result():
     assert small["aggregated"]["result"].startswith("nothing fits: the closest co-located layout")
 
 
-PLAN_KEYS = {"model", "card", "cards", "costs", "splits", "evaluated", "feasible", "result", "ranked", "evaluated_means",
+PLAN_KEYS = {"model", "card", "cards", "costs", "served_terms", "ranges", "splits", "evaluated", "feasible", "result", "ranked", "evaluated_means",
              "aggregated_evaluated", "aggregated_feasible", "targets", "disaggregated", "aggregated", "winner", "why",
              "frontier_at_target", "frontier"}
 
@@ -160,13 +161,14 @@ def test_plan_json_reports_both_modes_the_winner_the_targets_and_the_frontier():
     from pdcalc.plan.workload import Setup, Workload, default_targets
 
     args = ("plan", "--card", "ascend-910b2", "--cards", "64", "--prompt", "24576", "--output", "8192",
-            "--concurrency", "960", "--frontier-points", "6", "--json")
+            "--concurrency", "960", "--frontier-points", "6", "--json", "--costs", "roofline")
     data = json.loads(run(*args).stdout)
     assert set(data) == PLAN_KEYS
     published = default_targets()
     assert data["targets"]["TPOT"] == {"seconds": published.tpot_s, "stated": "50.0 ms", "source": published.tpot_source}
     assert data["targets"]["TTFT"] == {"seconds": None, "stated": "none", "source": published.ttft_source}
-    r = plan(Setup(cards=64, frontier_points=6), Workload(prompt_tokens=24576, output_tokens=8192, concurrency=960))
+    r = plan(Setup(cards=64, frontier_points=6, costs="roofline"),
+             Workload(prompt_tokens=24576, output_tokens=8192, concurrency=960))
     assert data["winner"] == r.winner and data["why"] == r.why
     d, a = data["disaggregated"], data["aggregated"]
     assert d["result"] == a["result"] == "fits" and d["meets_targets"] and a["meets_targets"]
@@ -190,7 +192,8 @@ def test_plan_json_reports_both_modes_the_winner_the_targets_and_the_frontier():
 
 def test_plan_per_role_tp_flags_and_targets_given():
     args = ("plan", "--model", "deepseek-v3", "--engine", "vllm", "--no-mtp", "--card", "ascend-910b2", "--cards", "64",
-            "--prompt", "2048", "--output", "512", "--concurrency", "80", "--frontier-points", "0", "--json")
+            "--prompt", "2048", "--output", "512", "--concurrency", "80", "--frontier-points", "0", "--costs", "roofline",
+            "--json")
     data = json.loads(run(*args, "--p-tp", "2", "2", "--d-tp", "1", "4", "--tpot-ms", "80", "--ttft-ms", "4000").stdout)
     assert {r["p_tp"] for r in data["ranked"]} == {2} and {r["d_tp"] for r in data["ranked"]} <= {1, 4}
     assert data["targets"]["TPOT"]["stated"] == "80.0 ms" and data["targets"]["TPOT"]["source"] == "given"
@@ -206,8 +209,15 @@ def test_plan_costs_flag_times_the_steps_from_published_costs():
 
     args = ("plan", "--model", "deepseek-v3", "--card", "h800", "--cards", "32", "--prompt", "4096", "--output", "1024",
             "--concurrency", "256", "--frontier-points", "0", "--top", "1", "--json")
-    roof, pub = (json.loads(run(*args, *extra).stdout) for extra in ((), ("--costs", "published")))
-    assert roof["costs"] == "roofline" and pub["costs"] == "published"
+    served, roof, pub = (json.loads(run(*args, *extra).stdout)
+                         for extra in ((), ("--costs", "roofline"), ("--costs", "published")))
+    assert served["costs"] == "served" and roof["costs"] == "roofline" and pub["costs"] == "published"
+    assert served["served_terms"]["from"].startswith("served corpus") and roof["served_terms"] is None
+    # the served model's rows carry 80 % ranges; the roofline, the hardware's bound, carries none
+    for r in served["ranked"]:
+        for col in ("tpot_s", "ttft_s", "tokens_per_s_per_card"):
+            assert r[f"{col}_low"] < r[col] < r[f"{col}_high"]
+    assert not any(k.endswith("_low") for k in roof["ranked"][0])
     best = plan(Setup(model="deepseek-v3", card="h800", cards=32, frontier_points=0,
                       step_kwargs={"costs": "published"}),
                 Workload(prompt_tokens=4096, output_tokens=1024, concurrency=256)).ranked.iloc[0]

@@ -49,5 +49,8 @@ def test_the_landing_page_leads_with_the_findings():
 def test_answer_links_to_what_to_run():
     from pdcalc.audit.answers import article_cases
 
-    h = findings_.answer_html(article_cases()["v4"])
-    assert h.startswith("<p><b>What to run instead.</b> Run ") and 'href="what_to_run.html"' in h
+    rec = article_cases()["v4"]
+    h = findings_.answer_html(rec)
+    head = rec.headline()
+    assert h.startswith("<p><b>What to run instead.</b> " + head[:1].upper()) and 'href="what_to_run.html"' in h
+    assert head.startswith("run ") if rec.fits or rec.colocated_wins else head == rec.reason

@@ -24,7 +24,7 @@ from pdcalc.reality.served_runs import get
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "data" / "results"
 DEEPSEEK_RESULT = RESULTS / "sglang" / "datacrunch_h200_deepseek_dp_mla_output.jsonl"
-DEEPSEEK_SPEC = RESULTS / "specs" / "datacrunch_h200_deepseek_dp_mla.toml"
+DEEPSEEK_SPEC = Path(__file__).resolve().parent / "data" / "served_specs" / "datacrunch_h200_deepseek_dp_mla.toml"
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
 TERMS = ServedTerms(k_decode=1.7, k_prefill=2.3, host_s=0.004)
 
@@ -302,3 +302,39 @@ def test_validate_lists_every_held_out_prediction():
     assert all(r["held_out"] for r in d["predictions"])
     assert set(d["predictions"][0]) >= {"id", "measured", "predicted", "low", "high", "held_out", "source"}
     assert d["summary"]["all"] == cal.stored()["summary"]["all"]
+
+
+# ------------------------------------------------------------------------------ the planner
+def test_the_planner_steps_with_the_served_model_by_default():
+    from pdcalc.perf.step import step
+    from pdcalc.plan.roles import timed_step
+    from pdcalc.plan.workload import Setup
+
+    s = Setup(model="deepseek-v3", card="h800", cards=16, mtp=True, draft_tokens=2, dataset="gsm8k")
+    assert s.costs == "served" and s.served_class == ("nvidia", "vllm", "v3")
+    t = s.terms
+    assert t.label.startswith("served corpus")
+    kw = dict(tp=1, dp=16, ep=16, context=3000, concurrency=np.array([16.0, 256.0]))
+    got = timed_step(s, phase="decode", **kw).time_s
+    ref = step("deepseek-v3", "h800", costs="published", quant=s.quant, mtp_steps=2, mtp_acceptance=s.acceptance,
+               phase="decode", mfu=s.mfu, mbu=s.mbu, comm_eff=s.comm_eff, **kw).time_s
+    assert got == pytest.approx((t.k_decode * np.asarray(ref) + t.host_s) / s.emitted, rel=1e-12)
+    assert 1 < s.emitted < 3
+    pf = timed_step(s, phase="prefill", tp=1, dp=16, ep=16, context=20000, concurrency=16).time_s
+    ref = step("deepseek-v3", "h800", costs="published", quant=s.quant, phase="prefill", tp=1, dp=16, ep=16,
+               context=20000, concurrency=16, mfu=s.mfu, mbu=s.mbu, comm_eff=s.comm_eff).time_s
+    assert pf == pytest.approx(t.k_prefill * float(ref) + 3 * t.host_s, rel=1e-12)   # three 8,192-token chunks
+
+
+def test_planner_rows_carry_ranges_under_the_served_model_only():
+    from pdcalc.plan.search import plan
+    from pdcalc.plan.workload import Setup, Workload
+
+    w = Workload(prompt_tokens=2000, output_tokens=500, concurrency=64, tpot_s=0.2)
+    served = plan(Setup(model="deepseek-v3", card="h800", cards=32, frontier_points=0), w)
+    roof = plan(Setup(model="deepseek-v3", card="h800", cards=32, frontier_points=0, costs="roofline"), w)
+    assert len(served.ranked) and len(roof.ranked)
+    b = served.ranked.iloc[0]
+    for col in ("tpot_s", "ttft_s", "tokens_per_s_per_card", "output_tokens_per_s"):
+        assert b[f"{col}_low"] < b[col] < b[f"{col}_high"]
+    assert not any(c.endswith(("_low", "_high")) for c in roof.ranked.columns)

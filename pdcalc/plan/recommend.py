@@ -38,10 +38,9 @@ from pdcalc.hardware.cards import get_card
 from pdcalc.layout.deployment import get_deployment
 from pdcalc.layout.memory import MemoryPlan, card_weights
 from pdcalc.model.quant import V4_ASCEND_W8A8
-from pdcalc.perf import step as tput
 from pdcalc.plan.labels import Colocated, PDSplit, aggregated_label, card_plans, split_label
 from pdcalc.plan.launch import TUTORIAL, Launch, colocated_script, launch_script, launches
-from pdcalc.plan.roles import seq_kv_bytes, weights_log
+from pdcalc.plan.roles import seq_kv_bytes, timed_step, weights_log
 from pdcalc.plan.search import Plan, plan
 from pdcalc.plan.splits import evaluate_split
 from pdcalc.plan.views import RecommendationTables, RecommendationText, constraint_text
@@ -78,12 +77,10 @@ def evaluate_colocated(setup: Setup, work: Workload, layout: Colocated) -> pd.Se
     base = c.usable_base_bytes if setup.base == "visible" else c.hbm_bytes
     usable = setup.utilization * base
     w = _colocated_weights(setup, layout)
-    kw = {"quant": setup.quant, "mfu": setup.mfu, "mbu": setup.mbu, "comm_eff": setup.comm_eff, **setup.step_kwargs}
-
     def tpot_at(s):
-        return float(tput.step(setup.model, setup.card, tp=layout.tp, dp=layout.dp, ep=layout.ep,
-                               context=work.prompt_tokens + work.output_tokens / 2, concurrency=max(s, 1.0),
-                               phase="decode", **kw).time_s)
+        return float(timed_step(setup, tp=layout.tp, dp=layout.dp, ep=layout.ep,
+                                context=work.prompt_tokens + work.output_tokens / 2, concurrency=max(s, 1.0),
+                                phase="decode").time_s)
 
     if work.concurrency is not None:
         conc = float(work.concurrency)
@@ -95,8 +92,8 @@ def evaluate_colocated(setup: Setup, work: Workload, layout: Colocated) -> pd.Se
         for _ in range(60):                          # Little's law, as the planner
             conc = rate * work.output_tokens * tpot_at(conc)
         tpot = tpot_at(conc)
-    pf = float(tput.step(setup.model, setup.card, tp=layout.tp, dp=layout.dp, ep=layout.ep,
-                         context=work.prompt_tokens, concurrency=layout.dp, phase="prefill", **kw).time_s)
+    pf = float(timed_step(setup, tp=layout.tp, dp=layout.dp, ep=layout.ep, context=work.prompt_tokens,
+                          concurrency=layout.dp, phase="prefill").time_s)
     load = rate / (layout.dp / pf)
     ttft = pf / (1 - load) if load < 1 else math.inf
     kv = conc / layout.dp * float(seq_kv_bytes(setup, work.prompt_tokens + work.output_tokens))
@@ -258,10 +255,11 @@ def recommend(model="deepseek-v4-flash", quant: str = V4_ASCEND_W8A8, card="asce
                       tpot_source=defaults.tpot_source if tpot_s is _DEFAULT else "given")
     work = Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=concurrency,
                     rate_per_s=rate_per_s, ttft_s=targets.ttft_s, tpot_s=targets.tpot_s)
-    setup = Setup(model=model, quant=quant, card=card, cards=cards, mtp=mtp, utilization=utilization,
-                  tp_options=tuple(tp_options), measured_weights=measured_weights, **setup_kw)
     tutorial = get_deployment(TUTORIAL)
     spec = (int(tutorial["mtp_speculative_tokens"]) if mtp else 0) if speculative_tokens is None else speculative_tokens
+    setup = Setup(model=model, quant=quant, card=card, cards=cards, mtp=mtp, utilization=utilization,
+                  tp_options=tuple(tp_options), measured_weights=measured_weights,
+                  **{"draft_tokens": spec, **setup_kw})
     per_node = int(tutorial["cards_per_server"]) if cards_per_node is None else cards_per_node
     pub = published
     try:

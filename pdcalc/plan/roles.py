@@ -22,6 +22,7 @@ from pdcalc.model.kv_cache import kv_bytes
 from pdcalc.model.quant import get_scheme
 from pdcalc.perf import step as tput
 from pdcalc.perf.inputs import COMPUTE_DTYPE
+from pdcalc.perf.served import DEFAULT_TOKEN_BUDGET
 from pdcalc.perf.traffic import kv_step_kwargs
 from pdcalc.perf.transfer import exposed_seconds, link
 from pdcalc.plan.workload import Setup, Workload
@@ -120,9 +121,37 @@ def _kv_step_kwargs(setup: Setup) -> dict:
 
 
 def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase):
-    return tput.step(setup.model, setup.card, tp=side_tp, dp=size // side_tp, ep=size, context=context,
-                     concurrency=concurrency, phase=phase, quant=setup.quant, mfu=setup.mfu, mbu=setup.mbu,
-                     comm_eff=setup.comm_eff, **{**_kv_step_kwargs(setup), **setup.step_kwargs})
+    return timed_step(setup, tp=side_tp, dp=size // side_tp, ep=size, context=context, concurrency=concurrency,
+                      phase=phase)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A step's time under the served model (the figure the planner reads)."""
+
+    time_s: np.ndarray | float
+
+
+def timed_step(setup: Setup, *, tp: int, dp: int, ep: int | None, context, concurrency, phase: str):
+    """One step of ``setup``'s model on a TP x DP (x EP) layout under the plan's cost model
+    (:attr:`Setup.costs`): ``served`` (the default), the published kernel costs times the served terms' factor
+    of the phase plus their host time per scheduler step (a prompt's chunks each pay it), a decode step divided
+    by the tokens a sequence advances with MTP; ``published`` or ``roofline`` as :func:`pdcalc.perf.step.step`
+    computes them (the roofline: the hardware's bound)."""
+    kw = {**_kv_step_kwargs(setup), **setup.step_kwargs}
+    kw.pop("costs", None)
+    common = dict(tp=tp, dp=dp, ep=ep, context=context, concurrency=concurrency, phase=phase, quant=setup.quant,
+                  mfu=setup.mfu, mbu=setup.mbu, comm_eff=setup.comm_eff)
+    if setup.costs != "served":
+        return tput.step(setup.model, setup.card, costs=setup.costs, **common, **kw)
+    mtp = setup.draft_tokens if phase == "decode" else 0
+    st = tput.step(setup.model, setup.card, costs="published", mtp_steps=mtp,
+                   mtp_acceptance=setup.acceptance if mtp else None, **common, **kw)
+    terms = setup.terms
+    if phase == "decode":
+        return Timed((terms.k_decode * np.asarray(st.time_s, dtype=float) + terms.host_s) / setup.emitted)
+    chunks = np.ceil(np.asarray(context, dtype=float) / DEFAULT_TOKEN_BUDGET)
+    return Timed(terms.k_prefill * np.asarray(st.time_s, dtype=float) + terms.host_s * chunks)
 
 
 def _check_compute(setup: Setup) -> None:

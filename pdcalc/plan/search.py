@@ -309,12 +309,44 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
                                                       kind="stable").reset_index(drop=True)
         if agg_ranked.empty:
             agg_reason = _no_agg_candidates(setup, lay.a) if agg.empty else _agg_nothing_fits(agg, setup, work)
+    ranked = with_ranges(ranked, setup)
+    if agg_ranked is not None:
+        agg_ranked = with_ranges(agg_ranked, setup)
     result = Plan(setup, work, df, ranked, reason, 0.0, splits=count_splits(setup, p_sides, d_sides),
                   evaluated=len(df), targets=tg, aggregated=agg, aggregated_ranked=agg_ranked,
                   aggregated_reason=agg_reason)
     winner, why = _winner(result)
     front = frontier(setup, work, targets=tg, lay=lay) if setup.frontier_points else None
     return replace(result, winner=winner, why=why, frontier=front, seconds=time.perf_counter() - t0)
+
+
+#: Columns given an 80 % range under the served model, with the metric whose held-out errors give it.
+RANGED = {"tpot_s": "tpot_s", "ttft_s": "ttft_s", "output_tokens_per_s": "output_tokens_per_s",
+          "tokens_per_s_per_card": "output_tokens_per_s"}
+
+
+def range_factors(setup: Setup) -> dict[str, tuple[float, float]]:
+    """Per ranged column, the factors from a served prediction to the low and high ends of its 80 % range (the
+    10th to 90th percentile of its class's held-out errors, :mod:`pdcalc.reality.calibration`); empty for the
+    published costs and the roofline, which carry none."""
+    if setup.costs != "served":
+        return {}
+    from pdcalc.reality.predict import stored_range
+
+    vendor, _, family = setup.served_class
+    out = {}
+    for col, metric in RANGED.items():
+        q10, q90, _ = stored_range(vendor, metric, family)
+        out[col] = (math.exp(-q90), math.exp(-q10))
+    return out
+
+
+def with_ranges(df: pd.DataFrame, setup: Setup) -> pd.DataFrame:
+    """``df`` with ``<column>_low`` and ``<column>_high`` beside each ranged column (served model only)."""
+    f = range_factors(setup)
+    if not f or df.empty:
+        return df
+    return df.assign(**{f"{c}_{end}": df[c] * f[c][i] for c in f if c in df for i, end in enumerate(("low", "high"))})
 
 
 def _no_agg_candidates(setup: Setup, a_sides: list[Side]) -> str:

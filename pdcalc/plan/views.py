@@ -143,6 +143,17 @@ def latency(seconds) -> str:
     return f"{1e3 * x:,.1f} ms" if x < 1 else f"{x:,.2f} s"
 
 
+def ranged(row, col: str, fmt=None) -> str:
+    """A row's figure with its 80 % range where the plan gives one (``TPOT 32.0 ms, likely 28.0 ms to 45.0 ms``
+    reads ``32.0 ms (likely 28.0 to 45.0 ms)``)."""
+    fmt = fmt or latency
+    text = fmt(row[col])
+    lo, hi = row.get(f"{col}_low") if hasattr(row, "get") else None, row.get(f"{col}_high") if hasattr(row, "get") else None
+    if lo is None or hi is None or not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
+        return text
+    return f"{text} (likely {fmt(lo)} to {fmt(hi)})"
+
+
 def constraint_text(constraint: str) -> str:
     return CONSTRAINT_TEXT.get(constraint, constraint)
 
@@ -192,8 +203,9 @@ class RecommendationText:
         b, s = self.answer_row, self.setup
         used = (f"all {s.cards:,} cards" if int(b["cards"]) == s.cards
                 else f"{int(b['cards']):,} of the {s.cards:,} cards")
-        text = (f"run {self.answer_label} on {used}: {b['tokens_per_s_per_card']:,.0f} output tokens/s per card, TPOT "
-                f"{latency(b['tpot_s'])}, TTFT {latency(b['ttft_s'])}")
+        text = (f"run {self.answer_label} on {used}: "
+                f"{ranged(b, 'tokens_per_s_per_card', lambda x: f'{float(x):,.0f}')} output tokens/s per card, "
+                f"TPOT {ranged(b, 'tpot_s')}, TTFT {ranged(b, 'ttft_s')}")
         if self.colocated_wins and self.fits:
             text += (f" (the best P/D split, {self.label}, gives {self.best['tokens_per_s_per_card']:,.0f} per "
                      f"card)")

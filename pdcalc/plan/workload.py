@@ -79,8 +79,70 @@ class Workload:
                 put(self, name, number(name, getattr(self, name), low=0, low_open=True, unit="seconds"))
 
 
+#: The planner's step models: the served model (published kernels x served terms), the published kernel
+#: costs alone, the roofline (the hardware's bound).
+PLAN_COSTS = ("served", "published", "roofline")
+
+
+class _Served:
+    """The served model's side of a :class:`Setup`: its terms, their class and MTP's tokens per step."""
+
+    def _check_served(self, put) -> None:
+        put(self, "costs", text("costs", self.step_kwargs.get("costs", self.costs)))
+        if self.costs not in PLAN_COSTS:
+            raise InputError("costs", f"must be one of {', '.join(PLAN_COSTS)}, got {show(self.costs)}")
+        from pdcalc.layout.served import DATASETS, MAX_DRAFT_TOKENS, SERVING_ENGINES
+
+        if self.serving_engine is not None and self.serving_engine not in SERVING_ENGINES:
+            raise InputError("serving_engine", f"must be one of {', '.join(SERVING_ENGINES)}, got "
+                             f"{show(self.serving_engine)}")
+        put(self, "draft_tokens", integer("draft_tokens", self.draft_tokens, low=0, high=MAX_DRAFT_TOKENS))
+        if text("dataset", self.dataset) not in DATASETS:
+            raise InputError("dataset", f"must be one of {', '.join(DATASETS)}, got {show(self.dataset)}")
+
+    @property
+    def engine_served(self) -> str:
+        """The serving engine whose terms apply."""
+        if self.serving_engine is not None:
+            return self.serving_engine
+        from pdcalc.hardware.cards import get_card
+
+        return "vllm-ascend" if get_card(self.card).family == "ascend" else "vllm"
+
+    @property
+    def served_class(self) -> tuple[str, str, str]:
+        """(vendor, engine, model family): the class of the served terms and of the ranges."""
+        from pdcalc.hardware.cards import get_card
+        from pdcalc.reality.predict import family_of
+
+        return get_card(self.card).family, self.engine_served, family_of(self.model)
+
+    @property
+    def terms(self):
+        """The served terms the plan's steps take: the user's calibration, else the served corpus's."""
+        if self.served_terms is not None:
+            return self.served_terms
+        from pdcalc.reality.predict import stored_terms
+
+        return stored_terms(self.served_class)
+
+    @property
+    def acceptance(self) -> float:
+        """Per-draft MTP acceptance: the dataset's published rate."""
+        from pdcalc.perf.speculative import dataset_acceptance
+
+        return dataset_acceptance(self.dataset)[0]
+
+    @property
+    def emitted(self) -> float:
+        """Tokens a sequence advances per decode step (1 + accepted drafts)."""
+        from pdcalc.perf.speculative import accepted_tokens
+
+        return 1.0 + accepted_tokens(self.draft_tokens, self.acceptance) if self.draft_tokens else 1.0
+
+
 @dataclass(frozen=True, kw_only=True)
-class Setup:
+class Setup(_Served):
     """Model, hardware and engine assumptions of a plan. Invalid values raise
     :class:`pdcalc.core.checks.InputError`; names (model, card, scheme, engine) are resolved when planning."""
 
@@ -113,6 +175,14 @@ class Setup:
     use_all_cards: bool = False               # only splits that use the whole cluster
     decode_grid: int = 48                     # batch sizes the decode step is computed at per layout
     step_kwargs: dict = field(default_factory=dict)  # extra keyword arguments for throughput.step
+    costs: str = "served"                     # step model: served (default), published or roofline (the bound);
+                                              # step_kwargs["costs"] overrides it
+    serving_engine: str | None = None         # the engine whose served terms apply (pdcalc.layout.served
+                                              # SERVING_ENGINES); None: vllm-ascend on Ascend, vllm elsewhere
+    served_terms: object = None               # pdcalc.perf.served.ServedTerms of a user's calibration; None: the
+                                              # served corpus's for the card's vendor, the engine and the model
+    draft_tokens: int = 0                     # MTP draft tokens per decode step (0: no speculative decoding)
+    dataset: str = "random"                   # what the prompts are: MTP acceptance is the dataset's published one
     measured_weights: bool = False            # size weights from a logged figure where one matches the layout
     aggregated: bool = True                   # also evaluate co-located (aggregated) layouts
     frontier_points: int = 16                 # concurrency levels of the frontier; 0: no frontier
@@ -160,6 +230,7 @@ class Setup:
         put(self, "decode_grid", integer("decode_grid", self.decode_grid, low=2, high=MAX_DECODE_GRID))
         if not isinstance(self.step_kwargs, dict):
             raise InputError("step_kwargs", f"must be a dict of keyword arguments, got {show(self.step_kwargs)}")
+        self._check_served(put)
 
     @property
     def p_tps(self) -> tuple[int, ...]:
