@@ -94,3 +94,28 @@ def article_cases() -> dict[str, "Recommendation"]:
     v4 = recommend_vs_article("deepseek-v4-flash", **article_workload("deepseek-v4-flash"))
     v3 = recommend_vs_article("deepseek-v3", **article_setup("deepseek-v3"), **article_workload("deepseek-v3"))
     return {"v4": v4, "v3": v3}
+
+
+def under_the_bound(rec: Recommendation, **kwargs) -> Recommendation:
+    """The same recommendation timed by the roofline, the hardware's bound (``kwargs``: what ``rec`` was given,
+    as :func:`recommend_vs_article` takes it)."""
+    return recommend_vs_article(rec.setup.model, **{**kwargs, "costs": "roofline"})
+
+
+def verdict_change(served: Recommendation, bound: Recommendation) -> str:
+    """Whether the answer depends on the step model, in a sentence: the served model (the default) against the
+    roofline, the hardware's bound."""
+    def answer(r: Recommendation) -> str | None:
+        return r.answer_label if (r.fits or r.colocated_wins) else None
+
+    a, b = answer(served), answer(bound)
+    if a is not None and a == b:
+        row, brow = served.answer_row, bound.answer_row
+        return (f"The roofline, the hardware's bound, picks the same {a}: at its kernels' full speed with no host "
+                f"time it would give {brow['tokens_per_s_per_card']:,.0f} output tokens/s per card, against the "
+                f"served model's {row['tokens_per_s_per_card']:,.0f}.")
+    before = bound.headline()
+    return (f"The verdict changes with the step model. Timed by the roofline, the hardware's bound (this page's "
+            f"step model before the served one), the answer was: {before}. Timed as benchmark clients measure "
+            f"served deployments, " + (f"the answer is {a}." if a is not None else
+                                       "nothing on these cards meets the targets at this load."))

@@ -224,11 +224,11 @@ def _boolean(name: str, value: Any, values: dict, params: dict) -> bool:
 
 
 def _cost_model(name: str, value: Any, values: dict, params: dict) -> str:
-    """A step-time model of :data:`pdcalc.perf.inputs.COSTS`."""
-    from pdcalc.perf.inputs import COSTS
+    """The planner's step model (:data:`pdcalc.plan.workload.PLAN_COSTS`): served, published or roofline."""
+    from pdcalc.plan.workload import PLAN_COSTS
 
-    if value not in COSTS:
-        raise _fail(name, f"must be one of {', '.join(repr(c) for c in COSTS)}, got {_show(value)}")
+    if value not in PLAN_COSTS:
+        raise _fail(name, f"must be one of {', '.join(repr(c) for c in PLAN_COSTS)}, got {_show(value)}")
     return value
 
 

@@ -597,3 +597,66 @@ def _pattern_search(f, x, *, step: float, last: float) -> list[float]:
         if not moved:
             step /= 2
     return x
+
+
+# ------------------------------------------------------------------------------ what the book shows
+METRIC_NAMES = {"output_tokens_per_s": "output tokens/s", "tpot_s": "TPOT", "ttft_s": "TTFT"}
+
+
+def held_out_table(held: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The held-out errors by group: every point, then by vendor, model family, engine and metric. Columns: the
+    group, points, median and 90th-percentile |error| (%) of the served model and of the kernels alone, and the
+    share of points inside their 80 % range (%). Output tokens/s and TPOT only, except in the rows by metric."""
+    held = stored_held_out() if held is None else held
+    scored = held[held["metric"].isin(("output_tokens_per_s", "tpot_s"))]
+    rows = []
+
+    def add(name: str, d: pd.DataFrame) -> None:
+        s, b = summary(d).iloc[0], summary(d, column="before_log_error").iloc[0]
+        rows.append({"group": name, "points": int(s["points"]), "median |error| (%)": s["median_abs_err_pct"],
+                     "90th pct |error| (%)": s["p90_abs_err_pct"], "in 80 % range (%)": 100 * d["covered"].mean(),
+                     "kernels alone: median (%)": b["median_abs_err_pct"],
+                     "kernels alone: 90th pct (%)": b["p90_abs_err_pct"]})
+
+    add("all (output tokens/s and TPOT)", scored)
+    for col, label in (("vendor", "vendor"), ("model_family", "model"), ("engine", "engine")):
+        for key, d in scored.groupby(col):
+            add(f"{label}: {key}", d)
+    for key, d in held.groupby("metric"):
+        add(f"metric: {METRIC_NAMES[key]}", d)
+    return pd.DataFrame(rows)
+
+
+def largest_misses(held: pd.DataFrame | None = None, n: int = 12) -> pd.DataFrame:
+    """The ``n`` held-out points of output tokens/s and TPOT the served model misses most, with their range and
+    the pool their terms came from."""
+    held = stored_held_out() if held is None else held
+    d = held[held["metric"].isin(("output_tokens_per_s", "tpot_s"))].copy()
+    d["ratio"] = np.exp(d["log_error"])
+    d = d.reindex(d["log_error"].abs().sort_values(ascending=False).index).head(n)
+    scale = np.where(d["metric"] == "tpot_s", 1e3, 1.0)
+    return pd.DataFrame({"run": d["id"], "figure": d["metric"].map({"output_tokens_per_s": "output tokens/s",
+                                                                    "tpot_s": "TPOT (ms)"}),
+                         "measured": d["measured"] * scale, "predicted": d["predicted"] * scale,
+                         "80 % range": [f"{lo:,.3g} to {hi:,.3g}" for lo, hi in zip(d["low"] * scale, d["high"] * scale)],
+                         "predicted / measured": d["ratio"], "terms from": d["pool"]}).reset_index(drop=True)
+
+
+def key_numbers() -> dict:
+    """What the book glues about the served corpus and the held-out errors."""
+    from pdcalc.reality.served_runs import summary as corpus
+
+    c = corpus()
+    held = stored_held_out()
+    s = stored()["summary"]
+    out = {"served_runs": c["runs"], "served_docs": c["sources"], "served_ascend": c["ascend"],
+           "served_910b": c["ascend_910b"], "served_v4": c["v4"], "served_engines": c["engines"],
+           "served_predicted": int(held["id"].nunique()), "served_points": int(s["all"]["points"]),
+           "served_held_docs": int(held["source_id"].nunique())}
+    for key, name in (("all", ""), ("vendor ascend", "_ascend"), ("vendor nvidia", "_nvidia"), ("model v4", "_v4"),
+                      ("model v3", "_v3"), ("model v3.2", "_v32")):
+        if key in s:
+            for k in ("median_abs_err_pct", "p90_abs_err_pct", "coverage_pct", "before_median_abs_err_pct",
+                      "before_p90_abs_err_pct"):
+                out[f"served_{k}{name}"] = s[key][k]
+    return out
