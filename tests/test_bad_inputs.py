@@ -14,7 +14,7 @@ from cli_harness import assert_clean, assert_refused, run_cli
 
 V4, V3 = "deepseek-v4-flash", "deepseek-v3"
 MEM = ("--card", "ascend-910b2", "--ep", "8", "--json")
-PLAN = ("plan", "--card", "ascend-910b2", "--prompt", "4096", "--output", "1024")
+PLAN = ("plan", "--card", "ascend-910b2", "--prompt", "4096", "--output", "1024", "--costs", "roofline")
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 
 
