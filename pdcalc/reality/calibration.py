@@ -57,8 +57,9 @@ H0 = 1e-4
 METRIC_WEIGHT = {"output_tokens_per_s": 1.0, "tpot_s": 1.0, "ttft_s": 0.25}
 #: Documents a class needs in a training set to be fitted on its own runs (else pooled).
 MIN_SOURCES = 2
-#: Held-out points an error class needs for its own range (else pooled).
-MIN_POINTS = 8
+#: Documents an error class needs for its own range (else pooled): a document's runs share their launch and
+#: their machine and err together, so a class's spread is that of its documents, not of its points.
+MIN_DOCUMENTS = 6
 #: The metrics predicted, as the client reports them.
 METRICS = ("output_tokens_per_s", "tpot_s", "ttft_s")
 #: The range a prediction carries: the 10th to the 90th percentile of its class's held-out errors.
@@ -315,39 +316,47 @@ def held_out_frame(runs, pts) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _class_errors(df: pd.DataFrame, vendor: str, metric: str, family: str) -> tuple[np.ndarray, str]:
-    """Held-out log errors of a class, pooled where it has fewer than :data:`MIN_POINTS`."""
+def _class_errors(df: pd.DataFrame, vendor: str, metric: str, family: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """Held-out log errors of a class and their weights (each document counts once), pooled where the class
+    holds fewer than :data:`MIN_DOCUMENTS` documents."""
     for key, _ in error_class_keys(vendor, metric, family):
-        parts = key.split("/")
-        sel = df["metric"] == metric
-        if len(parts) >= 2:
-            sel &= df["vendor"] == parts[0]
-        if len(parts) == 3:
-            sel &= df["model_family"] == parts[2]
-        e = df.loc[sel, "log_error"].to_numpy(float)
-        if len(e) >= MIN_POINTS:
-            return e, key
-    return df.loc[df["metric"] == metric, "log_error"].to_numpy(float), metric
+        d = df[_in_class(df, key)]
+        if d["source_id"].nunique() >= MIN_DOCUMENTS or key == metric:
+            w = 1.0 / d.groupby("source_id")["source_id"].transform("size").to_numpy(float)
+            return d["log_error"].to_numpy(float), w, key
+    raise AssertionError("unreachable: the metric class is the last pool")
+
+
+def _in_class(df: pd.DataFrame, key: str) -> pd.Series:
+    parts = key.split("/")
+    sel = df["metric"] == parts[1 if len(parts) >= 2 else 0]
+    if len(parts) >= 2:
+        sel &= df["vendor"] == parts[0]
+    if len(parts) == 3:
+        sel &= df["model_family"] == parts[2]
+    return sel
+
+
+def weighted_quantiles(e: np.ndarray, w: np.ndarray, qs) -> list[float]:
+    """Quantiles ``qs`` of ``e`` with weights ``w`` (midpoint rule: each value at the middle of its weight)."""
+    order = np.argsort(e, kind="stable")
+    e, w = e[order], w[order]
+    cw = (np.cumsum(w) - w / 2) / w.sum()
+    return [float(np.interp(q, cw, e)) for q in qs]
 
 
 def error_quantiles(df: pd.DataFrame) -> dict[str, dict]:
-    """The 10th and 90th percentile of held-out log errors of every error class with at least
-    :data:`MIN_POINTS` points."""
+    """The document-weighted 10th and 90th percentile of held-out log errors of every error class that holds at
+    least :data:`MIN_DOCUMENTS` documents (and of every metric)."""
     out = {}
     for (vendor, metric, family), _ in df.groupby(["vendor", "metric", "model_family"]):
         for key, _ in error_class_keys(vendor, metric, family):
-            if key in out:
+            d = df[_in_class(df, key)]
+            if key in out or (d["source_id"].nunique() < MIN_DOCUMENTS and key != metric):
                 continue
-            parts = key.split("/")
-            sel = df["metric"] == metric
-            if len(parts) >= 2:
-                sel &= df["vendor"] == parts[0]
-            if len(parts) == 3:
-                sel &= df["model_family"] == parts[2]
-            e = df.loc[sel, "log_error"].to_numpy(float)
-            if len(e) >= MIN_POINTS:
-                lo, hi = np.quantile(e, RANGE)
-                out[key] = {"q10": float(lo), "q90": float(hi), "points": int(len(e))}
+            w = 1.0 / d.groupby("source_id")["source_id"].transform("size").to_numpy(float)
+            lo, hi = weighted_quantiles(d["log_error"].to_numpy(float), w, RANGE)
+            out[key] = {"q10": lo, "q90": hi, "points": int(len(d)), "documents": int(d["source_id"].nunique())}
     return out
 
 
@@ -357,8 +366,8 @@ def interval(df: pd.DataFrame, predicted: float, vendor: str, metric: str, famil
     ``predicted / exp(q90)`` to ``predicted / exp(q10)``; and the class used."""
     if exclude_source is not None:
         df = df[df["source_id"] != exclude_source]
-    e, key = _class_errors(df, vendor, metric, family)
-    lo_q, hi_q = np.quantile(e, RANGE)
+    e, w, key = _class_errors(df, vendor, metric, family)
+    lo_q, hi_q = weighted_quantiles(e, w, RANGE)
     return predicted / math.exp(hi_q), predicted / math.exp(lo_q), key
 
 
@@ -613,10 +622,11 @@ def held_out_table(held: pd.DataFrame | None = None) -> pd.DataFrame:
 
     def add(name: str, d: pd.DataFrame) -> None:
         s, b = summary(d).iloc[0], summary(d, column="before_log_error").iloc[0]
-        rows.append({"group": name, "points": int(s["points"]), "median |error| (%)": s["median_abs_err_pct"],
-                     "90th pct |error| (%)": s["p90_abs_err_pct"], "in 80 % range (%)": 100 * d["covered"].mean(),
-                     "kernels alone: median (%)": b["median_abs_err_pct"],
-                     "kernels alone: 90th pct (%)": b["p90_abs_err_pct"]})
+        rows.append({"group": name, "points": int(s["points"]), "median |error| (%)": round(s["median_abs_err_pct"]),
+                     "90th pct |error| (%)": round(s["p90_abs_err_pct"]),
+                     "in 80 % range (%)": round(100 * d["covered"].mean()),
+                     "kernels alone: median (%)": round(b["median_abs_err_pct"]),
+                     "kernels alone: 90th pct (%)": round(b["p90_abs_err_pct"])})
 
     add("all (output tokens/s and TPOT)", scored)
     for col, label in (("vendor", "vendor"), ("model_family", "model"), ("engine", "engine")):
@@ -649,7 +659,8 @@ def key_numbers() -> dict:
     c = corpus()
     held = stored_held_out()
     s = stored()["summary"]
-    out = {"served_runs": c["runs"], "served_docs": c["sources"], "served_ascend": c["ascend"],
+    out = {"served_range_pct": round(100 * (RANGE[1] - RANGE[0])), "served_q_lo": round(100 * RANGE[0]),
+           "served_q_hi": round(100 * RANGE[1]), "served_min_docs": MIN_DOCUMENTS, "served_runs": c["runs"], "served_docs": c["sources"], "served_ascend": c["ascend"],
            "served_910b": c["ascend_910b"], "served_v4": c["v4"], "served_engines": c["engines"],
            "served_predicted": int(held["id"].nunique()), "served_points": int(s["all"]["points"]),
            "served_held_docs": int(held["source_id"].nunique())}

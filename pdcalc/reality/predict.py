@@ -110,7 +110,7 @@ def stored_range(vendor: str, metric: str, family: str) -> tuple[float, float, s
     for key, name in error_class_keys(vendor, metric, family):
         if key in errs:
             e = errs[key]
-            return e["q10"], e["q90"], f"{name} {key} ({e['points']} points)"
+            return e["q10"], e["q90"], f"{name} {key} ({e['points']} points, {e['documents']} documents)"
     raise KeyError(f"no held-out errors stored for {metric}")
 
 
