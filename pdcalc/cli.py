@@ -19,6 +19,7 @@ import math
 import sys
 from pathlib import Path
 
+
 from pdcalc.core import checks
 from pdcalc.core.checks import BANDWIDTH_GB_S, LATENCY_MS, MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S
 from pdcalc.core.errors import PdcalcError
@@ -85,6 +86,15 @@ def _clean(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def _sig(x: float, sig: int = 3) -> str:
+    """``x`` to ``sig`` significant figures, with thousands separators."""
+    from pdcalc.core.precision import round_sig
+
+    v = round_sig(float(x), sig)
+    return f"{v:,.0f}" if abs(v) >= 10 ** (sig - 1) else f"{v:,.{max(0, sig - 1 - math.floor(math.log10(abs(v))))}f}" \
+        if v else "0"
 
 
 def _print_json(out, **kw) -> int:
@@ -231,7 +241,9 @@ def cmd_kv(args) -> int:
 
 
 def cmd_throughput(args) -> int:
-    from pdcalc.model.config import load_config
+    from pdcalc.core.units import GiB
+    from pdcalc.layout.memory import budget, card_weights
+    from pdcalc.model.kv_cache import kv_bytes
     from pdcalc.model.kv_layout import default_engine
     from pdcalc.perf import step as tput
     from pdcalc.perf.traffic import kv_step_kwargs
@@ -240,44 +252,63 @@ def cmd_throughput(args) -> int:
         from pdcalc.core.checks import InputError
 
         raise InputError("--kernels-only", "applies to --costs published only (the roofline has no profiled step)")
-    v4 = load_config(args.model).model_type == "deepseek_v4"
-    kv = kv_step_kwargs(args.model, args.engine or default_engine(args.card), args.kv_dtype)
-    if v4 and args.kv_dtype not in (None, "auto"):
-        from pdcalc.model.kv_layout import engine_layout
+    engine = args.engine or default_engine(args.card)
+    kv = kv_step_kwargs(args.model, engine, args.kv_dtype)   # refuses a format the engine does not store
+    seq = kv_bytes(args.model, args.context, engine, include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)
+    w = card_weights(args.model, args.quant, ep=args.ep, tp=args.tp, mtp=args.mtp)
+    per_card_kv = float(seq.total_bytes) * args.concurrency / args.dp      # a rank's sequences, whole on each TP card
+    b = budget(args.card, w.total_bytes + per_card_kv, utilization=args.utilization)
+    terms = None
+    if args.costs == "served":
+        from pdcalc.layout.served import SERVING_ENGINES  # noqa: F401  (the engines the terms are fitted for)
+        from pdcalc.reality.predict import family_of, stored_terms, vendor_of
 
-        engine_layout(kv["engine"], args.model, kv_cache_dtype=args.kv_dtype)  # one line if not modelled
+        terms = stored_terms((vendor_of(args.card), "vllm-ascend" if vendor_of(args.card) == "ascend" else "vllm",
+                              family_of(args.model)))
     out = {"model": args.model, "card": args.card, "quant": args.quant, "tp": args.tp, "dp": args.dp,
            "ep": args.ep, "context": args.context, "concurrency": args.concurrency, "costs": args.costs,
-           "kernels_only": args.kernels_only,
-           "kv": {"engine": kv.get("engine", "reference"), "kv_cache_dtype": args.kv_dtype or "auto"},
+           "kernels_only": args.kernels_only, "mtp": args.mtp,
+           "kv": {"engine": engine, "kv_cache_dtype": args.kv_dtype or "auto",
+                  "bytes_per_sequence": float(seq.total_bytes)},
            "efficiencies": {"mfu": args.mfu, "mbu": args.mbu, "comm_eff": args.comm_eff, "overlap": args.overlap},
+           "served_terms": None if terms is None else {"k_decode": terms.k_decode, "k_prefill": terms.k_prefill,
+                                                       "host_ms": terms.host_s * 1e3, "from": terms.label},
+           "memory": {"weights_bytes": w.total_bytes, "kv_cache_bytes": per_card_kv, "usable_bytes": b.usable_bytes,
+                      "fits": b.fits, "verdict": b.verdict(),
+                      "rule": "weights (MTP draft as given) + the KV cache of a rank's sequences <= utilization x "
+                              "the memory the card exposes: the rule of pdcalc memory"},
            "phases": {}}
+    costs = "published" if args.costs == "served" else args.costs
     for phase in ("prefill", "decode"):
         st = tput.step(args.model, args.card, tp=args.tp, dp=args.dp, ep=args.ep, context=args.context,
                        concurrency=args.concurrency, phase=phase, quant=args.quant, mfu=args.mfu, mbu=args.mbu,
-                       comm_eff=args.comm_eff, overlap=args.overlap, costs=args.costs,
+                       comm_eff=args.comm_eff, overlap=args.overlap, costs=costs,
                        beyond=not args.kernels_only, **kv)
+        step_s, tokens_s = float(st.time_s), float(st.tokens_per_s)
+        if terms is not None:
+            k = terms.k_decode if phase == "decode" else terms.k_prefill
+            step_s = k * step_s + terms.host_s
+            tokens_s = float(st.tokens_per_s) * float(st.time_s) / step_s
         out["phases"][phase] = {
-            "step_s": float(st.time_s), "tokens_per_s": float(st.tokens_per_s),
-            "tokens_per_s_per_card": float(st.tokens_per_s_per_card), "bound": str(st.bound),
+            "step_s": step_s, "tokens_per_s": tokens_s, "tokens_per_s_per_card": tokens_s / (args.tp * args.dp),
+            "bound": str(st.bound), "kernels_s": float(st.time_s),
             "compute_s": float(st.compute_s), "memory_s": float(st.memory_s), "comm_s": float(st.comm_s),
-            "stored_bytes_per_card": float(st.stored_bytes_per_card), "fits": bool(st.fits),
-            "beyond_kernels": (tput.beyond_kernels(phase)[0] if args.costs == "published" and not args.kernels_only
+            "beyond_kernels": (tput.beyond_kernels(phase)[0] if costs == "published" and not args.kernels_only
                                else 1.0)}
     if args.json:
         return _print_json(out, indent=2)
     print(f"{out['model']} on {args.tp * args.dp} x {out['card']} (TP{args.tp} x DP{args.dp}"
           f"{f', EP{args.ep}' if args.ep else ''}), {args.quant}, context {args.context}, "
           f"concurrency {args.concurrency}")
+    if terms is not None:
+        print(f"  step model: served (published kernels x {terms.k_decode:.3g} decode, x {terms.k_prefill:.3g} "
+              f"prefill, + {_sig(terms.host_s * 1e3)} ms per step; {terms.label})")
     for phase, r in out["phases"].items():
         what = "prompts" if phase == "prefill" else "sequences, one token each"
         print(f"  {phase:<8} step {r['step_s'] * 1e3:9.2f} ms  {r['tokens_per_s']:>12,.0f} tokens/s "
-              f"({r['tokens_per_s_per_card']:,.0f} per card)  bound: {r['bound']}  [{what}]")
-    from pdcalc.core.units import GiB
-
-    stored = out["phases"]["decode"]["stored_bytes_per_card"] / GiB
-    print(f"  weights + KV per card {stored:.2f} GiB: {'fits' if out['phases']['decode']['fits'] else 'does not fit'} "
-          f"in the memory the card exposes")
+              f"({r['tokens_per_s_per_card']:,.0f} per card)  kernels bound by {r['bound']}  [{what}]")
+    print(f"  weights {w.total_bytes / GiB:.2f} GiB + KV {per_card_kv / GiB:.2f} GiB per card against "
+          f"{b.usable_bytes / GiB:.2f} GiB usable ({args.utilization} x visible): {b.verdict()}")
     return 0
 
 
@@ -413,32 +444,9 @@ def _spec(path):
     return load_spec(path)
 
 
-def _sig(x: float, sig: int = 3) -> str:
-    """``x`` to ``sig`` significant figures, with thousands separators."""
-    from pdcalc.core.precision import round_sig
-
-    v = round_sig(float(x), sig)
-    return f"{v:,.0f}" if abs(v) >= 10 ** (sig - 1) else f"{v:,.{max(0, sig - 1 - math.floor(math.log10(abs(v))))}f}" \
-        if v else "0"
-
-
 def _ranged_text(r, unit: str, scale: float = 1.0) -> str:
     return (f"{_sig(r.value * scale)} {unit} (likely {_sig(r.low * scale)} to {_sig(r.high * scale)})").replace(
         "  ", " ")
-
-
-def _describe(spec) -> str:
-    def role(r):
-        return f"{r.instances} x TP{r.tp} DP{r.dp}{f' EP{r.ep}' if r.ep else ''}"
-
-    w = spec.workload
-    roles = (f"P {role(spec.prefill)}, D {role(spec.decode)}" if spec.disaggregated
-             else f"co-located {role(spec.serve)}")
-    load = (f"{w.concurrency:,} concurrent" if w.concurrency else "") + \
-        (f"{', ' if w.concurrency else ''}{w.request_rate:g} requests/s" if w.request_rate is not None else "")
-    return (f"{spec.model} on {spec.cards:,} x {spec.card}, {spec.engine}, {roles}"
-            f"{f', MTP {spec.draft_tokens}' if spec.draft_tokens else ''}; {w.prompt:,} -> {w.output:,} tokens, "
-            f"{load}{f', {w.num_prompts:,} prompts' if w.num_prompts else ''}")
 
 
 def cmd_predict(args) -> int:
@@ -455,7 +463,7 @@ def cmd_predict(args) -> int:
                                         for k in ("output_tokens_per_s", "tpot_ms", "ttft_ms")}
     if args.json:
         return _print_json(out, indent=2)
-    print(_describe(spec))
+    print(spec.describe())
     if not p.fits:
         print(f"  does not fit: a card is short by {p.short_gib:.2f} GiB (weights and runtime under the "
               f"memory cap)")
@@ -478,7 +486,7 @@ def cmd_predict(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from pdcalc.core.errors import ConfigError
-    from pdcalc.reality.calibration import calibration_file, calibrate_run, result_metrics
+    from pdcalc.reality.calibration import calibration_file, calibrate_run, other_loads, result_metrics
     from pdcalc.reality.predict import class_of, stored_terms
     from pdcalc.reality.results import read_result
 
@@ -494,7 +502,7 @@ def cmd_calibrate(args) -> int:
     if out_path.resolve().is_relative_to(Path("book").resolve()):
         raise ConfigError(args.output, "-o", "write the calibration outside book/")
     out_path.write_text(text)
-    moves = _moves(spec, prior, c.terms)
+    moves = other_loads(spec, prior, c.terms)
     out = {"output": args.output, "terms": {"k_decode": c.terms.k_decode, "k_prefill": c.terms.k_prefill,
                                              "host_ms": c.terms.host_s * 1e3},
            "corpus_terms": {"k_decode": prior.k_decode, "k_prefill": prior.k_prefill, "host_ms": prior.host_s * 1e3,
@@ -517,34 +525,6 @@ def cmd_calibrate(args) -> int:
         print(f"    {m['load']:<24} output {m['output_moves_pct']:+.0f} %, TPOT {m['tpot_moves_pct']:+.0f} %")
     print(f"  use it: pdcalc predict SPEC.toml --calibration {args.output}")
     return 0
-
-
-def _moves(spec, prior, terms) -> list[dict]:
-    """The spec at a quarter, half, twice and four times its load, under the corpus's terms and ``terms``."""
-    from dataclasses import replace
-
-    from pdcalc.perf.scheduler import simulate
-    from pdcalc.perf.served import served_tables
-
-    w = spec.workload
-    out = []
-    for f in (0.25, 0.5, 2.0, 4.0):
-        if w.concurrency:
-            c = max(1, round(w.concurrency * f))
-            work = replace(w, concurrency=c, num_prompts=max(c, round((w.num_prompts or 4 * w.concurrency) * f)))
-            load = f"concurrency {c:,}"
-        elif w.request_rate == math.inf:
-            n = max(1, round(w.num_prompts * f))
-            work = replace(w, num_prompts=n)
-            load = f"{n:,} prompts at once"
-        else:
-            work = replace(w, request_rate=w.request_rate * f)
-            load = f"{w.request_rate * f:.3g} requests/s"
-        t = served_tables(replace(spec, workload=work))
-        a, b = simulate(t, prior), simulate(t, terms)
-        out.append({"load": load, "output_moves_pct": 100 * (b.output_tokens_per_s / a.output_tokens_per_s - 1),
-                    "tpot_moves_pct": 100 * (b.mean_tpot_s / a.mean_tpot_s - 1)})
-    return out
 
 
 def cmd_validate(args) -> int:
@@ -648,14 +628,18 @@ def _add_throughput(sub) -> None:
     st.add_argument("--mbu", type=_FRACTION, default=0.7, help="share of HBM bandwidth reached (assumption)")
     st.add_argument("--comm-eff", type=_FRACTION, default=0.7, help="share of link bandwidth reached (assumption)")
     st.add_argument("--overlap", action="store_true", help="communication hidden under compute")
-    st.add_argument("--costs", choices=("roofline", "published"), default="roofline",
-                    help="roofline with the flat efficiencies above, or kernel costs from published measurements "
-                         "(pdcalc/data/costs.toml), the prefill step scaled as DeepSeek's profiled prefill step "
-                         "is to its kernel sum")
+    st.add_argument("--costs", choices=("served", "published", "roofline"), default="served",
+                    help="served: the published kernel costs times the served corpus's terms for the card's vendor "
+                         "and engine, plus host time per step (the default); published: the kernel costs alone "
+                         "(pdcalc/data/costs.toml), the prefill step scaled as DeepSeek's profiled prefill step is to "
+                         "its kernel sum; roofline: the flat efficiencies above, the hardware's bound")
+    st.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True,
+                    help="MTP draft loaded (its weights and cache count, as in pdcalc memory)")
+    st.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
     st.add_argument("--kernels-only", action="store_true",
                     help="with --costs published: the kernel sum alone, not scaled by DeepSeek's profiled step")
     st.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
-                    help="DeepSeek-V4 KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
+                    help="KV layout (default: the card's family: vllm on NVIDIA, vllm-ascend on Ascend)")
     st.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the engine's)")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_throughput)

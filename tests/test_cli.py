@@ -123,8 +123,9 @@ def test_kv_errors(args, message):
 def test_throughput_json_matches_the_step_model():
     from pdcalc.perf import step as tput
 
-    out = run("throughput", "deepseek-v3", "--card", "ascend-910b2", "--tp", "8", "--dp", "4", "--ep", "32",
-              "--context", "2048", "--concurrency", "80", "--json")
+    args = ("throughput", "deepseek-v3", "--card", "ascend-910b2", "--tp", "8", "--dp", "4", "--ep", "32",
+            "--context", "2048", "--concurrency", "80", "--json")
+    out = run(*args, "--costs", "roofline")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     for phase in ("prefill", "decode"):
@@ -132,6 +133,44 @@ def test_throughput_json_matches_the_step_model():
         assert data["phases"][phase]["step_s"] == pytest.approx(float(st.time_s), rel=1e-12)
         assert data["phases"][phase]["bound"] == str(st.bound)
         assert data["phases"][phase]["tokens_per_s"] == pytest.approx(float(st.tokens_per_s), rel=1e-12)
+    # the default: the published kernels times the served terms, plus their host time per step
+    served = json.loads(run(*args).stdout)
+    t = served["served_terms"]
+    for phase, k in (("prefill", t["k_prefill"]), ("decode", t["k_decode"])):
+        st = tput.step("deepseek-v3", "ascend-910b2", tp=8, dp=4, ep=32, context=2048, concurrency=80, phase=phase,
+                       costs="published")
+        assert served["phases"][phase]["step_s"] == pytest.approx(k * float(st.time_s) + t["host_ms"] / 1e3, rel=1e-12)
+
+
+def test_throughput_and_memory_decide_fit_by_one_rule():
+    """V3 W8A8 on EP16 x 910B2: memory's weights (MTP draft loaded) are over the utilization cap, and throughput,
+    which adds the sequences' cache to them, says the same."""
+    mem = json.loads(run("memory", "deepseek-v3", "--card", "ascend-910b2", "--ep", "16", "--json").stdout)
+    thr = json.loads(run("throughput", "deepseek-v3", "--card", "ascend-910b2", "--tp", "1", "--dp", "16", "--ep", "16",
+                         "--context", "4096", "--concurrency", "64", "--json").stdout)
+    assert mem["fits"] is False and thr["memory"]["fits"] is False
+    assert thr["memory"]["weights_bytes"] == pytest.approx(mem["weights_bytes"], rel=1e-12)
+    assert thr["memory"]["usable_bytes"] == pytest.approx(mem["usable_bytes"], rel=1e-12)
+    short = thr["memory"]["weights_bytes"] + thr["memory"]["kv_cache_bytes"] - thr["memory"]["usable_bytes"]
+    assert thr["memory"]["verdict"] == f"does not fit, short by {short / 2**30:.2f} GiB"
+
+
+def test_throughput_kv_format_is_the_engines():
+    """The cache format a step reads is the engine's layout in it: refused where kv refuses it, vLLM's fp8_ds_mla at
+    its stored bytes, and the engine given is the engine reported."""
+    args = ("throughput", "deepseek-v3", "--card", "h800", "--tp", "1", "--dp", "8", "--ep", "8", "--context", "4096",
+            "--concurrency", "64", "--json")
+    refused = run(*args, "--engine", "vllm-ascend", "--kv-dtype", "fp8")
+    kv_refused = run("kv", "deepseek-v3", "--context", "4096", "--engine", "vllm-ascend", "--kv-dtype", "fp8")
+    assert refused.returncode == kv_refused.returncode == 2
+    assert refused.stderr.split(": ", 2)[-1] == kv_refused.stderr.split(": ", 2)[-1]
+    ds = json.loads(run(*args, "--engine", "vllm", "--kv-dtype", "fp8_ds_mla").stdout)
+    kv = json.loads(run("kv", "deepseek-v3", "--context", "4096", "--engine", "vllm", "--kv-dtype", "fp8_ds_mla",
+                        "--json").stdout)
+    assert ds["kv"] == {"engine": "vllm", "kv_cache_dtype": "fp8_ds_mla", "bytes_per_sequence": kv["total_bytes"]}
+    fp8 = json.loads(run(*args, "--engine", "vllm", "--kv-dtype", "fp8", "--costs", "roofline").stdout)
+    ds_roof = json.loads(run(*args, "--engine", "vllm", "--kv-dtype", "fp8_ds_mla", "--costs", "roofline").stdout)
+    assert ds_roof["phases"]["decode"]["memory_s"] > fp8["phases"]["decode"]["memory_s"]   # 656 B a token, not 576
 
 
 def test_plan_json_ranks_and_nothing_fits_is_a_result():
@@ -284,7 +323,7 @@ def test_throughput_costs_engine_and_kv_dtype_flags():
     assert pub["phases"]["decode"]["step_s"] == kernels["phases"]["decode"]["step_s"]
     assert pub["phases"]["prefill"]["beyond_kernels"] == pytest.approx(k, rel=1e-12)
     assert pub["phases"]["decode"]["beyond_kernels"] == kernels["phases"]["prefill"]["beyond_kernels"] == 1.0
-    bf16, fp8 = (json.loads(run(*base, *k).stdout) for k in ((), ("--kv-dtype", "fp8")))
+    bf16, fp8 = (json.loads(run(*base, "--costs", "roofline", *k).stdout) for k in ((), ("--kv-dtype", "fp8")))
     assert fp8["phases"]["decode"]["memory_s"] < bf16["phases"]["decode"]["memory_s"]   # half the cache bytes read
     v4 = json.loads(run("throughput", "deepseek-v4-flash", "--card", "h200", "--tp", "1", "--dp", "8", "--ep", "8",
                         "--context", "4096", "--concurrency", "128", "--quant", "fp8-fp4", "--json").stdout)

@@ -150,6 +150,50 @@ def _plan_8192() -> str:
     return r["detail"]
 
 
+def _served_in_fresh_process(argv: list[str]) -> dict:
+    """``pdcalc ARGV --json`` in a fresh process: wall time of the command (imports excluded)."""
+    code = (
+        "import contextlib, io, json, time\n"
+        "import pdcalc.cli, pdcalc.reality.predict, pdcalc.plan.search\n"
+        "from pdcalc.cli import main\n"
+        "t0 = time.perf_counter(); out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    rc = main({argv!r} + ['--json'])\n"
+        "print(json.dumps({'rc': rc, 's': time.perf_counter() - t0}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@measurement("predict", "pdcalc predict examples/v4-flash-a3-pd.toml (the served model: tables, the client's run "
+             "simulated at the corpus's terms and at the kernels alone) in a fresh process, imports excluded")
+def _predict() -> str:
+    r = _served_in_fresh_process(["predict", "examples/v4-flash-a3-pd.toml"])
+    if r["rc"] != 0:
+        raise RuntimeError(f"exit {r['rc']}")
+    return f"{r['s']:.2f} s"
+
+
+@measurement("plan (served) at 64 cards", "pdcalc plan --costs served --cards 64 (V4-Flash on ascend-910b2, 24,576 + "
+             "8,192 tokens, 960 sequences) in a fresh process, imports excluded")
+def _plan_served_64() -> str:
+    r = _served_in_fresh_process(["plan", "--costs", "served", "--card", "ascend-910b2", "--cards", "64", "--prompt",
+                                  "24576", "--output", "8192", "--concurrency", "960"])
+    if r["rc"] != 0:
+        raise RuntimeError(f"exit {r['rc']}")
+    return f"{r['s']:.2f} s"
+
+
+@measurement("plan (served) at 8,192 cards", "pdcalc plan --costs served --cards 8192 (V4-Flash on ascend-910b2, "
+             "24,576 + 8,192 tokens, 122,880 sequences) in a fresh process, imports excluded")
+def _plan_served_8192() -> str:
+    r = _served_in_fresh_process(["plan", "--costs", "served", "--card", "ascend-910b2", "--cards", "8192", "--prompt",
+                                  "24576", "--output", "8192", "--concurrency", "122880"])
+    if r["rc"] != 0:
+        raise RuntimeError(f"exit {r['rc']}")
+    return f"{r['s']:.2f} s"
+
+
 @measurement("throughput.step over 8,192 contexts", "one vectorized decode step of DeepSeek-V3 on 32 cards at every "
              "context from 1 to 8,192 tokens (mean of 20 calls)")
 def _step_vectorized() -> str:

@@ -173,6 +173,20 @@ class ServedSpec:
         """The roles present, by name."""
         return {r: getattr(self, r) for r in ROLES if getattr(self, r) is not None}
 
+    def describe(self) -> str:
+        """The deployment and its workload in one line."""
+        def role(r: Role) -> str:
+            return f"{r.instances} x TP{r.tp} DP{r.dp}{f' EP{r.ep}' if r.ep else ''}"
+
+        w = self.workload
+        roles = (f"P {role(self.prefill)}, D {role(self.decode)}" if self.disaggregated
+                 else f"co-located {role(self.serve)}")
+        load = ", ".join(x for x in (f"{w.concurrency:,} concurrent" if w.concurrency else "",
+                                     f"{w.request_rate:g} requests/s" if w.request_rate is not None else "") if x)
+        return (f"{self.model} on {self.cards:,} x {self.card}, {self.engine}, {roles}"
+                f"{f', MTP {self.draft_tokens}' if self.draft_tokens else ''}; {w.prompt:,} -> {w.output:,} tokens, "
+                f"{load}{f', {w.num_prompts:,} prompts' if w.num_prompts else ''}")
+
 
 def _field(source: str, where: str) -> callable:
     """A checker that turns :class:`pdcalc.core.checks.InputError` into a :class:`ConfigError` naming ``where``."""

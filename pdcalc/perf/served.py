@@ -33,7 +33,7 @@ import numpy as np
 
 from pdcalc.core.units import GiB
 from pdcalc.hardware.cards import get_card
-from pdcalc.layout.memory import card_weights
+from pdcalc.layout.memory import budget, card_weights
 from pdcalc.layout.served import SERVING_ENGINES, Role, ServedSpec
 from pdcalc.model.config import load_config
 from pdcalc.model.kv_cache import kv_bytes
@@ -41,6 +41,7 @@ from pdcalc.model.kv_layout import default_engine
 from pdcalc.model.quant import default_scheme_on
 from pdcalc.perf.speculative import accepted_tokens, dataset_acceptance
 from pdcalc.perf.step import step
+from pdcalc.perf.traffic import kv_step_kwargs
 from pdcalc.perf.transfer import exposed_seconds, fit_link
 
 #: Tokens per scheduler step per DP rank where a spec gives no ``max_num_batched_tokens`` (vLLM's and SGLang's
@@ -118,10 +119,9 @@ def quant_of(spec: ServedSpec) -> str:
 
 
 def _kv_kwargs(spec: ServedSpec, engine: str) -> dict:
-    cfg = load_config(spec.model)
-    if cfg.model_type in ("deepseek_v4", "deepseek_v32"):
-        return {"engine": engine}
-    return {"kv_bytes": 1.0} if spec.kv_dtype in ("fp8", "fp8_ds_mla", "int8") else {}
+    """The step's KV arguments: the engine's layout in the spec's cache format (refused where the engine's
+    layout does not store it, as ``pdcalc kv`` refuses it)."""
+    return kv_step_kwargs(spec.model, engine, spec.kv_dtype)
 
 
 def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[float, float, bool, float]:
@@ -133,13 +133,10 @@ def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[floa
     else:
         cw = card_weights(spec.model, quant, ep=None, tp=role.tp, mtp=mtp)
         w = cw.total_bytes
-    room = UTILIZATION * c.usable_base_bytes - w - OVERHEAD_BYTES
+    room = budget(spec.card, w, utilization=UTILIZATION, overhead_bytes=OVERHEAD_BYTES).kv_bytes
     ctx = spec.workload.mean_prompt + spec.workload.mean_output
-    kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto", "int8") else None
-    try:
-        seq = kv_bytes(spec.model, ctx, engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
-    except Exception:       # a KV format the engine's layout does not store: its default
-        seq = kv_bytes(spec.model, ctx, engine, include_mtp=mtp).total_bytes
+    kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto") else None
+    seq = kv_bytes(spec.model, round(ctx), engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
     return w, max(room, 0.0) / seq, room > 0, max(0.0, -room)
 
 

@@ -21,15 +21,30 @@ DEFAULT_KV_BYTES = 2.0             # BF16 latent + RoPE key cache (reference MLA
 DEFAULT_V4_ENGINE = "vllm-ascend"  # engine whose KV layout a DeepSeek-V4 step reads (pdcalc.model.kv_layout)
 
 
+#: Tokens at which a cache format's bytes per latent value are read off the engine's layout (a multiple of every
+#: block size, so no partial block).
+_PROBE_TOKENS = 65536
+
+
 def kv_step_kwargs(model, engine: str, kv_cache_dtype: str | None = None) -> dict:
     """The KV arguments of :func:`step` for ``model`` served by ``engine`` with the cache format
-    ``kv_cache_dtype``: DeepSeek-V4 reads the engine's layout; the other MLA models the latent at 1 byte per
-    value in FP8 (``fp8``, ``fp8_ds_mla``) and 2 otherwise, and V3.2 also the engine's indexer keys."""
-    model_type = load_config(model).model_type
-    if model_type == "deepseek_v4":
+    ``kv_cache_dtype``: DeepSeek-V4 reads the engine's layout; the other MLA models read the latent at the
+    bytes per value the engine's layout stores in that format (:func:`pdcalc.model.kv_cache.kv_bytes`: FP8 is
+    1, vLLM's ``fp8_ds_mla`` 656 / 576 with its scales and BF16 RoPE keys; a format the engine does not store
+    is refused there, as ``pdcalc kv`` and ``pdcalc memory`` refuse it), and V3.2 also the engine's indexer
+    keys."""
+    cfg = load_config(model)
+    if cfg.model_type == "deepseek_v4":
         return {"engine": engine}
-    out = {"kv_bytes": 1.0} if kv_cache_dtype in ("fp8", "fp8_ds_mla") else {}
-    if model_type == "deepseek_v32":
+    out = {}
+    if kv_cache_dtype not in (None, "auto"):
+        from pdcalc.model.kv_cache import kv_bytes
+
+        r = kv_bytes(model, _PROBE_TOKENS, engine, include_mtp=False, kv_cache_dtype=kv_cache_dtype)
+        latent = float(r.by_cache.get("latent", r.total_bytes))
+        values = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        out["kv_bytes"] = latent / (_PROBE_TOKENS * cfg.num_hidden_layers * values)
+    if cfg.model_type == "deepseek_v32":
         out["engine"] = engine
     return out
 

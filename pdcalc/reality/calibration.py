@@ -671,3 +671,29 @@ def key_numbers() -> dict:
                       "before_p90_abs_err_pct"):
                 out[f"served_{k}{name}"] = s[key][k]
     return out
+
+
+def other_loads(spec, prior: ServedTerms, terms: ServedTerms) -> list[dict]:
+    """How far ``terms`` move ``spec``'s predictions from ``prior``'s at a quarter, half, twice and four times its
+    load (concurrency, request rate, or prompts sent at once): one row per load, the moves in %."""
+    from dataclasses import replace
+
+    w = spec.workload
+    out = []
+    for f in (0.25, 0.5, 2.0, 4.0):
+        if w.concurrency:
+            c = max(1, round(w.concurrency * f))
+            work = replace(w, concurrency=c, num_prompts=max(c, round((w.num_prompts or 4 * w.concurrency) * f)))
+            load = f"concurrency {c:,}"
+        elif w.request_rate == math.inf:
+            n = max(1, round(w.num_prompts * f))
+            work = replace(w, num_prompts=n)
+            load = f"{n:,} prompts at once"
+        else:
+            work = replace(w, request_rate=w.request_rate * f)
+            load = f"{w.request_rate * f:.3g} requests/s"
+        t = served_tables(replace(spec, workload=work))
+        a, b = simulate(t, prior), simulate(t, terms)
+        out.append({"load": load, "output_moves_pct": 100 * (b.output_tokens_per_s / a.output_tokens_per_s - 1),
+                    "tpot_moves_pct": 100 * (b.mean_tpot_s / a.mean_tpot_s - 1)})
+    return out
