@@ -200,14 +200,16 @@ def test_plan_json_reports_both_modes_the_winner_the_targets_and_the_frontier():
     from pdcalc.plan.workload import Setup, Workload, default_targets
 
     args = ("plan", "--card", "ascend-910b2", "--cards", "64", "--prompt", "24576", "--output", "8192",
-            "--concurrency", "960", "--frontier-points", "6", "--json", "--costs", "roofline")
+            "--concurrency", "960", "--frontier-points", "6", "--json", "--costs", "roofline", "--tpot-ms", "50",
+            "--ttft-ms", "10000000")
     data = json.loads(run(*args).stdout)
     assert set(data) == PLAN_KEYS
     published = default_targets()
-    assert data["targets"]["TPOT"] == {"seconds": published.tpot_s, "stated": "50.0 ms", "source": published.tpot_source}
-    assert data["targets"]["TTFT"] == {"seconds": None, "stated": "none", "source": published.ttft_source}
+    assert data["targets"]["TPOT"]["source"] == data["targets"]["TTFT"]["source"] == "given"
+    given = json.loads(run(*args[:-4]).stdout)["targets"]         # the published level where none is given
+    assert given == published.as_dict()
     r = plan(Setup(cards=64, frontier_points=6, costs="roofline"),
-             Workload(prompt_tokens=24576, output_tokens=8192, concurrency=960))
+             Workload(prompt_tokens=24576, output_tokens=8192, concurrency=960, ttft_s=1e4, tpot_s=0.05))
     assert data["winner"] == r.winner and data["why"] == r.why
     d, a = data["disaggregated"], data["aggregated"]
     assert d["result"] == a["result"] == "fits" and d["meets_targets"] and a["meets_targets"]
@@ -224,12 +226,14 @@ def test_plan_json_reports_both_modes_the_winner_the_targets_and_the_frontier():
     assert len(data["frontier"]) == len(r.frontier) and set(data["frontier"][0]) == set(FRONTIER_COLUMNS)
     assert {row["concurrency"] for row in data["frontier"]} >= {1, 960}
     at = data["frontier_at_target"]
-    assert set(at) == {"disaggregated", "aggregated"} and at["disaggregated"]["tpot_s"] <= published.tpot_s
+    assert set(at) == {"disaggregated", "aggregated"} and at["disaggregated"]["tpot_s"] <= 0.05
     assert at["disaggregated"]["tokens_per_s_per_card"] == max(
         row["tokens_per_s_per_card"] for row in data["frontier"] if row["mode"] == "disaggregated" and row["meets_targets"])
 
 
 def test_plan_per_role_tp_flags_and_targets_given():
+    from pdcalc.plan.workload import default_targets
+
     args = ("plan", "--model", "deepseek-v3", "--engine", "vllm", "--no-mtp", "--card", "ascend-910b2", "--cards", "64",
             "--prompt", "2048", "--output", "512", "--concurrency", "80", "--frontier-points", "0", "--costs", "roofline",
             "--json")
@@ -239,7 +243,8 @@ def test_plan_per_role_tp_flags_and_targets_given():
     assert data["targets"]["TTFT"]["seconds"] == 4.0 and data["frontier"] == []
     assert data["aggregated"]["tp"] in (1, 2, 4)
     text = run(*args[:-1], "--p-tp", "2").stdout
-    assert "TPOT target: 50.0 ms" in text and "TTFT target: none" in text and " wins: " in text
+    d = default_targets()
+    assert f"TPOT target: {d.stated('TPOT')}" in text and f"TTFT target: {d.stated('TTFT')}" in text
 
 
 def test_plan_costs_flag_times_the_steps_from_published_costs():

@@ -8,6 +8,7 @@ import pytest
 
 from pdcalc.audit import answers
 from pdcalc.core.checks import InputError
+from pdcalc.core.errors import UnknownNameError
 from pdcalc.core.units import GiB
 from pdcalc.layout.deployment import get_deployment
 from pdcalc.layout.memory import card_weights
@@ -32,12 +33,14 @@ V3_LOG = "vllm-ascend-2191-v3-w8a8-dp4tp4-weights-per-card"
 
 
 def _v4(**kw):
-    args = {**answers.article_setup(V4), **answers.article_workload(V4), "costs": "roofline", **kw}
+    args = {**answers.article_setup(V4), **answers.article_workload(V4), "costs": "roofline", "ttft_s": None, "tpot_s": 0.05,
+            **kw}
     return answers.recommend_vs_article(V4, **args)
 
 
 def _v3(**kw):
-    args = {**answers.article_setup(V3), **answers.article_workload(V3), "costs": "roofline", **kw}
+    args = {**answers.article_setup(V3), **answers.article_workload(V3), "costs": "roofline", "ttft_s": None, "tpot_s": 0.05,
+            **kw}
     return answers.recommend_vs_article(V3, **args)
 
 
@@ -54,17 +57,19 @@ def v3():
 # ---------------------------------------------------------------------------------------------
 # targets and article inputs
 # ---------------------------------------------------------------------------------------------
-def test_default_tpot_is_the_published_service_level_and_both_sources_agree():
+def test_default_targets_are_the_published_service_level_read_from_its_quotes():
+    from pdcalc.reality import service_levels
+
     t = workload_mod.default_targets()
-    cm = M.get(workload_mod.TPOT_SLO_ID)
-    # read independently from the quote (the target comes from the workload field)
-    quoted = float(re.search(r"<\s*(\d+)\s*ms TPOT", cm.quote).group(1)) / 1e3
-    assert t.tpot_s == pytest.approx(quoted, rel=1e-12)
-    ds = M.get(workload_mod.USER_SPEED_ID)
-    slowest = float(re.search(r"(\d+)-\d+ tokens/s per user", ds.workload).group(1))
-    assert t.tpot_s <= 1 / slowest + 1e-12                     # the stricter of the two
-    assert cm.id in t.tpot_source and ds.id in t.tpot_source
-    assert t.ttft_s is None and t.ttft_source.startswith("neither")
+    lv = service_levels.get()
+    # read independently from the quoted lines of the source (all times in milliseconds, the p99 the limits hold at)
+    assert "# All times are in milli seconds" in lv.quotes
+    assert t.ttft_s == pytest.approx(lv.quoted("ttft_latency") / 1e3, rel=1e-12)
+    assert t.tpot_s == pytest.approx(lv.quoted("tpot_latency") / 1e3, rel=1e-12)
+    assert lv.percentile == lv.quoted("target_latency_percentile")
+    assert lv.url.startswith("https://github.com/mlcommons/inference/blob/") and lv.model == "DeepSeek-R1"
+    with pytest.raises(UnknownNameError, match="service level"):
+        service_levels.get("nope")
 
 
 def test_published_layouts_come_from_the_sources():
@@ -127,7 +132,7 @@ def test_no_tpot_target_is_no_constraint():
 def test_rate_workload_is_recommended_too():
     w = answers.article_workload(V4)
     rec = answers.recommend_vs_article(V4, prompt_tokens=w["prompt_tokens"], output_tokens=w["output_tokens"], rate_per_s=2.0,
-                                       costs="roofline")
+                                       costs="roofline", ttft_s=None, tpot_s=0.05)
     assert rec.fits
     b = rec.best      # Little's law: sequences in flight = rate x output tokens x TPOT
     assert b["concurrency"] == pytest.approx(2.0 * w["output_tokens"] * b["tpot_s"], rel=1e-3)

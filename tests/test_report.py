@@ -230,10 +230,12 @@ def test_weights_source_links_the_log_and_names_the_inventory():
 
 
 def test_latency_targets_default_to_the_published_service_level():
+    from pdcalc.reality import service_levels
+
     ttft_s, tpot_s, text = report.latency_targets()
     d = default_targets()
-    assert (ttft_s, tpot_s) == (d.ttft_s, d.tpot_s) and ttft_s is None
-    assert "](https://arxiv.org/abs/2506.12708)" in text and "No TTFT target" in text
+    assert (ttft_s, tpot_s) == (d.ttft_s, d.tpot_s) and ttft_s is not None
+    assert f"]({service_levels.get().url})" in text and text.count("99th percentile") == 2
 
 
 def test_latency_targets_given_by_the_reader():

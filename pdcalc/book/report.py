@@ -312,35 +312,25 @@ def weights_source(logs: dict) -> str:
 def latency_targets(ttft_ms: float | None = None, tpot_ms: float | None = None) -> tuple:
     """The latency targets a planning page applies and a Markdown sentence saying where they come from:
     ``(ttft_s, tpot_s, sentence)``. ``None`` takes the published service level of
-    :func:`pdcalc.plan.workload.default_targets` (TPOT from the measurements registry, no TTFT target since
-    none is published); a number is a target set by the reader (ms)."""
-    from pdcalc.plan.workload import TPOT_SLO_ID, USER_SPEED_ID, default_targets
-    from pdcalc.reality import measurements
+    :func:`pdcalc.plan.workload.default_targets` (linked to its source); a number is a target set by the
+    reader (ms)."""
+    from pdcalc.plan.workload import default_targets
+    from pdcalc.reality import service_levels
 
-    d = default_targets()
+    d, lv = default_targets(), service_levels.get()
     ttft_s = d.ttft_s if ttft_ms is None else ttft_ms / 1e3
     tpot_s = d.tpot_s if tpot_ms is None else tpot_ms / 1e3
-    if tpot_ms is None and tpot_s is not None:
-        source = d.tpot_source
-        for m in (measurements.get(TPOT_SLO_ID), measurements.get(USER_SPEED_ID)):
-            name = m.source.split(" (")[0].split(",")[0]
-            key = next((k for k in (name, name.split("/")[-1]) if k in source), None)
-            if m.url and key:    # the source's name in the sentence links to it
-                source = source.replace(key, f"[{key}]({m.url})", 1)
-            elif m.url:
-                source += f" ([{name}]({m.url}))"
-        tpot = f"TPOT at most {tpot_s * 1e3:g} ms, the published service level: {source}"
-    elif tpot_s is not None:
-        tpot = f"TPOT at most {tpot_s * 1e3:g} ms, as set in the parameters cell"
-    else:
-        tpot = "no TPOT target"
-    if ttft_ms is None and ttft_s is None:
-        ttft = f"No TTFT target: {d.ttft_source}"
-    elif ttft_s is None:
-        ttft = "No TTFT target"
-    else:
-        ttft = f"TTFT at most {ttft_s:g} s" + (", as set in the parameters cell" if ttft_ms is not None else "")
-    return ttft_s, tpot_s, f"{tpot[0].upper()}{tpot[1:]}. {ttft}."
+    link = f"[{lv.source}]({lv.url})"
+    parts = []
+    for which, given, value, source in (("TPOT", tpot_ms, tpot_s, d.tpot_source), ("TTFT", ttft_ms, ttft_s,
+                                                                                   d.ttft_source)):
+        if given is not None:
+            parts.append(f"{which} at most {given:g} ms, as set in the parameters cell")
+        elif value is not None:
+            parts.append(source.replace(lv.source, link, 1))
+        else:
+            parts.append(f"no {which} target")
+    return ttft_s, tpot_s, ". ".join(p[0].upper() + p[1:] for p in parts) + "."
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ OUTPUT_SHARE = 0.25
 
 
 # ------------------------------------------------------------------------------------------ targets
-# Targets, default_targets, TPOT_SLO_ID and USER_SPEED_ID live in pdcalc.plan.search (the planner states its targets
+# Targets and default_targets live in pdcalc.plan.workload (the planner states its targets
 # too) and are imported above: pdcalc.plan.workload.default_targets is the published service level.
 
 

@@ -273,48 +273,26 @@ class Targets:
                 for k, v, src in (("TPOT", self.tpot_s, self.tpot_source), ("TTFT", self.ttft_s, self.ttft_source))}
 
 
-#: Registry entries the default targets come from.
-TPOT_SLO_ID = "cloudmatrix384-r1-decode-per-npu-tpot50"
-USER_SPEED_ID = "deepseek-prod-h800-decode-per-node"
+def default_targets(level: str | None = None) -> Targets:
+    """The published service level applied where a workload gives no target (:mod:`pdcalc.reality.service_levels`,
+    by default MLPerf Inference's DeepSeek-R1 Server scenario: TTFT and TPOT limits at the 99th percentile of its
+    requests). The planner holds its mean TTFT and TPOT to them: a p99 limit held by the mean, which flatters a
+    layout whose latencies spread."""
+    from pdcalc.reality import service_levels
 
+    lv = service_levels.get(level or service_levels.DEFAULT_LEVEL)
+    note = "; the planner holds its mean to this 99th-percentile limit"
 
-def _number_before(pattern: str, text: str | None, what: str) -> float:
-    m = re.search(pattern, text or "")
-    if not m:
-        raise LayoutError(f"the registry no longer states {what} in the expected form: {text!r}")
-    return float(m.group(1))
+    def src(which: str) -> str:
+        return f"{lv.stated(which)}, {lv.source}{note if lv.percentile > 50 else ''}"
 
-
-def default_targets() -> Targets:
-    """The published service levels used as default targets.
-
-    TPOT: CloudMatrix384 decodes DeepSeek-R1 "(<50 ms TPOT)" (its ``workload`` field), and DeepSeek's
-    own service decodes at "20-22 tokens/s per user", one token every :math:`1/20` s at the slower end;
-    the stricter of the two. TTFT: none published, so none.
-    """
-    cm = measurements.get(TPOT_SLO_ID)
-    ds = measurements.get(USER_SPEED_ID)
-    cm_s = _number_before(r"TPOT\s*<\s*(\d+(?:\.\d+)?)\s*ms", cm.workload, "a TPOT bound") / 1e3
-    speed = re.search(r"(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*tokens/s per user", ds.workload or "")
-    if not speed:
-        raise LayoutError(f"the registry no longer states a per-user speed in the expected form: {ds.workload!r}")
-    slow, fast = float(speed.group(1)), float(speed.group(2))
-    ds_s = 1 / slow
-    tpot = min(cm_s, ds_s)
-    tpot_src = (f"CloudMatrix384 serves DeepSeek-R1 decode at TPOT < {cm_s * 1e3:g} ms (arXiv 2506.12708, "
-                f"abstract; registry {cm.id}), and DeepSeek's own service decodes at {slow:g}-{fast:g} tokens/s "
-                f"per user, one token every {ds_s * 1e3:g} ms at the slower end (open-infra-index, day 6; "
-                f"registry {ds.id})")
-    ttft_src = ("neither the measurements registry nor the reference notes hold a published TTFT service level "
-                "(the registry's only TTFT is a measurement of Qwen3-8B at concurrency 1), so the prefill side is "
-                "held only by the planner's load limit")
-    return Targets(ttft_s=None, tpot_s=tpot, ttft_source=ttft_src, tpot_source=tpot_src)
+    return Targets(ttft_s=lv.ttft_s, tpot_s=lv.tpot_s, ttft_source=src("TTFT"), tpot_source=src("TPOT"))
 
 
 def resolve_targets(work: "Workload", targets: Targets | None = None) -> Targets:
     """The targets a plan applies: ``targets`` as given, else the workload's where it has one (source
     "given") and the published service level of :func:`default_targets` where it has none
-    (its source; for TTFT none is published, so none)."""
+    (its source)."""
     if targets is not None:
         if not isinstance(targets, Targets):
             raise InputError("targets", f"must be a pdcalc.plan.workload.Targets or None, got {show(targets)}")
