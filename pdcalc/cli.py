@@ -648,7 +648,8 @@ def _add_throughput(sub) -> None:
 def _add_plan(sub) -> None:
     spl = sub.add_parser("plan", help="rank every P/D split of a cluster for a workload, against co-located "
                                       "instances on the same cards")
-    spl.add_argument("--model", default="deepseek-v4-flash", type=_name)
+    spl.add_argument("--model", default="deepseek-v4-flash", type=_name,
+                     help="model preset (pdcalc list) or a config.json (default: deepseek-v4-flash)")
     spl.add_argument("--card", required=True, type=_name)
     spl.add_argument("--cards", type=_int(2, MAX_CARDS), required=True, help="cluster size")
     spl.add_argument("--prompt", type=_int(1, MAX_TOKENS), required=True, help="prompt tokens per request")

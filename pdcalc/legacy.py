@@ -78,6 +78,12 @@ RETIRED: dict[tuple[str, str], tuple[str, object]] = {
                                              lambda: _card_field("ranks_per_card", lambda c: 1)),
     ("pdcalc.throughput", "SCALE_UP_DOMAIN"): ("the card field scale_up_cards (Card.scale_up_domain)",
                                               lambda: _card_field("scale_up_cards", lambda c: c.cards_per_node)),
+    # 0.1's default TPOT came from these registry entries; the default targets are a published service level
+    # now (pdcalc.reality.service_levels), and the entries stay in the measurements registry
+    ("pdcalc.plan", "TPOT_SLO_ID"): ("a registry id no longer behind the default targets (pdcalc.reality."
+                                     "service_levels gives them)", lambda: "cloudmatrix384-r1-decode-per-npu-tpot50"),
+    ("pdcalc.plan", "USER_SPEED_ID"): ("a registry id no longer behind the default targets (pdcalc.reality."
+                                       "service_levels gives them)", lambda: "deepseek-prod-h800-decode-per-node"),
 }
 
 #: Old modules whose name is a package now (their ``__init__`` calls :func:`forward`).

@@ -96,9 +96,10 @@ def _v4_kv_changes():
     smallest = min((ep for ep, n in fit.items() if n >= seqs), default=d_ep)
     n = printed_value("v4-7.2-input-tokens")
     transfer = kv_bytes("deepseek-v4-flash", n, "vllm-ascend").total_bytes
+    smaller = (f"a D instance of {smallest} cards instead of {d_ep} would hold them" if smallest < d_ep else
+               f"no smaller D instance than its {d_ep} cards would hold them")
     return (f"A D card holds {fit[d_ep]} sequences of {ctx:,} tokens, not {n_art}: the scheduler's max-num-seqs "
-            f"({seqs}), not memory, limits decode, and a D instance of {smallest} cards instead of {d_ep} would hold "
-            f"them. A prompt of {n:,} tokens moves {transfer / MB:.1f} MB from P to D, not "
+            f"({seqs}), not memory, limits decode, and {smaller}. A prompt of {n:,} tokens moves {transfer / MB:.1f} MB from P to D, not "
             f"{printed_value('v4-7.2-kv-transfer'):g} MB.")
 
 

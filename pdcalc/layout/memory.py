@@ -100,7 +100,8 @@ def card_weights(model, scheme: str = "w8a8", *, ep: int | None = 1, tp: int = 1
     by_cat = {k: v for k, v in out.items() if v}
     one = by_cat.get("routed_experts", 0.0)
     total = sum(by_cat.values())
-    return CardWeights(model=inv.name, scheme=sch.name, ep=ep, tp=tp, mtp=mtp, experts_per_card=n_card,
+    loaded = bool(mtp) and any(t.part == "mtp" for t in inv.tensors)     # a model without MTP layers loads none
+    return CardWeights(model=inv.name, scheme=sch.name, ep=ep, tp=tp, mtp=loaded, experts_per_card=n_card,
                        by_category=by_cat, total_bytes=total, class_i_bytes=one, class_ii_bytes=total - one)
 
 
