@@ -344,7 +344,11 @@ def cmd_plan(args) -> int:
     keys += [c for c in p.ranked.columns if c.endswith(("_low", "_high"))]
     rows = [{k: _clean(v) for k, v in r.items()}
             for r in p.ranked[keys].head(args.top).to_dict("records")]
+    from pdcalc.plan.objectives import answers as objective_answers
+
+    goals = objective_answers(p)
     out = {"model": args.model, "card": args.card, "cards": args.cards, "costs": args.costs,
+           "objectives": {k: (None if a is None else a.as_dict()) for k, a in goals.items()},
            "served_terms": ({"k_decode": setup.terms.k_decode, "k_prefill": setup.terms.k_prefill,
                              "host_ms": setup.terms.host_s * 1e3, "from": setup.terms.label}
                             if args.costs == "served" else None),
@@ -367,6 +371,14 @@ def cmd_plan(args) -> int:
           f"{out['aggregated_evaluated']:,} co-located options, {out['aggregated_feasible']:,} feasible")
     for k in ("TPOT", "TTFT"):
         print(f"  {k} target: {t.stated(k)} ({t.tpot_source if k == 'TPOT' else t.ttft_source})")
+    for name, a in goals.items():
+        if a is None:
+            print(f"  {name}: nothing meets the targets")
+            continue
+        print(f"  {name}: run {a.layout} on {a.cards:,} cards, {a.output_tokens_per_s:,.0f} output tokens/s "
+              f"({a.tokens_per_s_per_card:,.0f} per card) at {a.concurrency:,} sequences, TPOT "
+              f"{_sig(a.tpot_s * 1e3)} ms, TTFT {_sig(a.ttft_s * 1e3)} ms, binds {a.binds}"
+              + (f"; {a.rest}" if a.rest else ""))
     print(f"  {p.why}")
     if args.costs == "served":
         tm = setup.terms
@@ -377,11 +389,12 @@ def cmd_plan(args) -> int:
               f" (no range)")
     if not p.reason:
         ranged = "tpot_s_low" in p.ranked.columns
-        print(f"  {'P':>9} {'D':>9} {'cards':>5} {'TTFT ms':>9} {'TPOT ms':>8}{' (likely)':>16} {'tok/s':>10} "
-              f"{'tok/s/card':>10}  binds")
+        print(f"  {'P':>9} {'D':>9} {'TP P/D':>7} {'cards':>5} {'TTFT ms':>9} {'TPOT ms':>8}{' (likely)':>16} "
+              f"{'tok/s':>10} {'tok/s/card':>10}  binds")
         for r in rows:
             likely = f"{r['tpot_s_low'] * 1e3:>7.1f}-{r['tpot_s_high'] * 1e3:<7.1f}" if ranged else " " * 15
-            print(f"  {r['p_instances']:>3} x {r['p_size']:<3}{r['d_instances']:>3} x {r['d_size']:<3}{r['cards']:>5} "
+            tps = f"{r['p_tp']}/{r['d_tp']}"
+            print(f"  {r['p_instances']:>3} x {r['p_size']:<3}{r['d_instances']:>3} x {r['d_size']:<3}{tps:>7} {r['cards']:>5} "
                   f"{r['ttft_s'] * 1e3:>9.1f} {r['tpot_s'] * 1e3:>8.2f} {likely} {r['output_tokens_per_s']:>10,.0f} "
                   f"{r['tokens_per_s_per_card']:>10,.1f}  {r['binding']}")
     else:

@@ -1,0 +1,55 @@
+"""The two objectives of a plan: a fixed cluster (the most output within every target, copies where they pay) and
+a fixed load (the fewest cards that serve it, and what the rest can do)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_harness import run_cli
+from pdcalc.plan import objectives as O
+from pdcalc.plan.search import plan
+from pdcalc.plan.workload import Setup, Workload
+
+
+@pytest.fixture(scope="module")
+def v3():
+    setup = Setup(model="deepseek-v3", quant="w8a8", card="ascend-910b2", cards=32, mtp=False, tp_options=(1, 2, 4, 8),
+                  frontier_points=8)
+    return plan(setup, Workload(prompt_tokens=1536, output_tokens=512, concurrency=80))
+
+
+def test_fixed_cluster_is_the_best_copies_of_any_option_within_the_targets(v3):
+    a = O.fixed_cluster(v3)
+    f = v3.frontier[v3.frontier["meets_targets"].astype(bool)]
+    totals = [(32 // int(r.cards)) * r.output_tokens_per_s for r in f.itertuples()]
+    assert a is not None and a.output_tokens_per_s == pytest.approx(max(totals), rel=1e-12)
+    assert a.cards <= 32 and a.cards == a.replicas * a.cards_each
+    assert a.tokens_per_s_per_card == pytest.approx(a.output_tokens_per_s / a.cards)
+
+
+def test_fixed_load_is_the_fewest_cards_that_meet_the_targets(v3):
+    a = O.fixed_load(v3)
+    cards = [int(c) for df in (v3.ranked, v3.aggregated_ranked) for c in df["cards"]]
+    assert a is not None and a.cards == min(cards) and a.concurrency == 80
+    assert a.rest and (str(32 - a.cards) in a.rest or a.rest == "no card is left")
+
+
+def test_nothing_within_the_targets_is_an_answer_too():
+    setup = Setup(model="deepseek-v3", quant="w8a8", card="ascend-910b2", cards=16, mtp=False, frontier_points=4)
+    p = plan(setup, Workload(prompt_tokens=1536, output_tokens=512, concurrency=80, tpot_s=1e-4))
+    assert O.answers(p) == {"fixed cluster": None, "fixed load": None}
+    t = O.answers_table(p)
+    assert list(t["layout"]) == ["nothing meets the targets"] * 2
+
+
+def test_plan_json_names_each_answers_objective():
+    out = run_cli("plan", "--model", "deepseek-v3", "--card", "ascend-910b2", "--cards", "32", "--prompt", "1536",
+                  "--output", "512", "--concurrency", "80", "--tp", "1", "2", "4", "8", "--frontier-points", "8",
+                  "--json")
+    assert out.code == 0, out.err
+    d = json.loads(out.out)["objectives"]
+    assert set(d) == set(O.OBJECTIVES)
+    for name, a in d.items():
+        assert a["objective"] == name and a["cards"] <= 32
