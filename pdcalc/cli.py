@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 
@@ -370,7 +371,7 @@ def cmd_plan(args) -> int:
           f"evaluated (the fewest P instances for each D side), {out['feasible']:,} feasible; "
           f"{out['aggregated_evaluated']:,} co-located options, {out['aggregated_feasible']:,} feasible")
     for k in ("TPOT", "TTFT"):
-        print(f"  {k} target: {t.stated(k)} ({t.tpot_source if k == 'TPOT' else t.ttft_source})")
+        print(f"  {k} target: {t.stated(k)} ({t.short_source(k)}{'; the source in --json' if t.short_source(k) != 'given' else ''})")
     for name, a in goals.items():
         if a is None:
             print(f"  {name}: nothing meets the targets")
@@ -425,7 +426,7 @@ def cmd_list(args) -> int:
     for kind, items in out.items():
         print(f"{kind}:")
         for k, v in items.items():
-            print(f"  {k:<28} {v[:100]}")
+            print(f"  {k:<28} {textwrap.shorten(v, 100, placeholder=' ...')}")
     return 0
 
 

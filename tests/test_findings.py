@@ -49,8 +49,11 @@ def test_the_landing_page_leads_with_the_findings():
 def test_answer_links_to_what_to_run():
     from pdcalc.audit.answers import article_cases
 
-    rec = article_cases()["v4"]
-    h = findings_.answer_html(rec)
-    head = rec.headline()
-    assert h.startswith("<p><b>What to run instead.</b> " + head[:1].upper()) and 'href="what_to_run.html"' in h
-    assert head.startswith("run ") if rec.fits or rec.colocated_wins else head == rec.reason
+    from pdcalc.plan import objectives
+
+    for rec in article_cases().values():
+        h = findings_.answer_html(rec)
+        assert h.startswith("<p><b>What to run instead.</b> For the most output from all ") and 'href="what_to_run.html"' in h
+        for name, a in objectives.answers(rec.plan).items():       # each objective's answer, or that none meets
+            assert (a.layout in h and f"{a.output_tokens_per_s:,.0f} output tokens/s" in h) if a else \
+                "nothing on these cards meets the targets" in h

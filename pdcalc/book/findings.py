@@ -25,11 +25,28 @@ def html(article: str) -> str:
 
 
 def answer_html(rec) -> str:
-    """The recommendation for an article's setting (:func:`pdcalc.audit.answers.article_cases`), as a paragraph that
-    links to the "what to run" chapter."""
-    text, trade = rec.headline(), rec.trade_off()
-    if rec.published_issue:  # said once, in the headline
-        trade = trade.replace(f" The article's deployment {rec.published_issue}.", "")
-    return (f"<p><b>What to run instead.</b> {_html.escape(text[:1].upper() + text[1:])}. {_html.escape(trade)} "
-            f'The flags, the per-card memory and what limits the split are in <a href="what_to_run.html">What to '
-            f"run</a>.</p>")
+    """The answer for an article's setting (:func:`pdcalc.audit.answers.article_cases`) to both objectives
+    (:mod:`pdcalc.plan.objectives`): the most output from the whole cluster, and the fewest cards for the
+    article's load; as a paragraph that links to the "what to run" chapter."""
+    from pdcalc.plan import objectives
+
+    e = _html.escape
+    if rec.plan is None:
+        text = e(rec.headline()[:1].upper() + rec.headline()[1:]) + "."
+    else:
+        goals = objectives.answers(rec.plan)
+        table = objectives.answers_table(rec.plan).set_index("objective")
+        parts = []
+        for name, lead in (("fixed cluster", f"For the most output from all {rec.setup.cards:,} cards"),
+                           ("fixed load", "For the article's load on the fewest cards")):
+            a = goals[name]
+            if a is None:
+                parts.append(f"{lead}, nothing on these cards meets the targets (the closest fails on "
+                             f"{table.loc[name, 'binds']})")
+                continue
+            parts.append(f"{lead}: run {a.layout} on {a.cards:,} cards, {a.output_tokens_per_s:,.0f} output tokens/s "
+                         f"({a.tokens_per_s_per_card:,.0f} per card), TPOT {1e3 * a.tpot_s:,.1f} ms, TTFT "
+                         f"{a.ttft_s:,.2f} s")
+        text = e(". ".join(parts)) + "."
+    return (f"<p><b>What to run instead.</b> {text} The ranges, the flags, the per-card memory and what limits each "
+            f'answer are in <a href="what_to_run.html">What to run</a>.</p>')

@@ -267,6 +267,12 @@ class Targets:
         v = {"TTFT": self.ttft_s, "TPOT": self.tpot_s}[which]
         return "none" if v is None else latency_text(v)
 
+    def short_source(self, which: str) -> str:
+        """A target's source in a few words: "given", or the name of the service level it comes from."""
+        src = {"TTFT": self.ttft_source, "TPOT": self.tpot_source}[which]
+        m = re.search(r"\(([^()]*)\)", src)
+        return src if src == "given" or not m else m.group(1)
+
     def as_dict(self) -> dict:
         """``{"TPOT": {"seconds", "stated", "source"}, "TTFT": {...}}``."""
         return {k: {"seconds": v, "stated": self.stated(k), "source": src}
@@ -305,4 +311,8 @@ def resolve_targets(work: "Workload", targets: Targets | None = None) -> Targets
 
 
 def latency_text(seconds: float) -> str:
-    return f"{1e3 * seconds:,.1f} ms" if math.isfinite(seconds) else "unbounded (prefill saturated)"
+    """A latency in ms: one decimal, three significant figures below 1 ms (a target of 1 us reads 0.001 ms)."""
+    if not math.isfinite(seconds):
+        return "unbounded (prefill saturated)"
+    ms = 1e3 * seconds
+    return f"{ms:,.1f} ms" if ms >= 1 else f"{ms:.3g} ms"
