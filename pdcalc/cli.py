@@ -133,6 +133,7 @@ def cmd_params(args) -> int:
 def cmd_claims(args) -> int:
     from pdcalc.audit import claims
     from pdcalc.audit.registry import VERDICTS
+    from pdcalc.book.display import figure_text, terminal_pad
 
     rows = claims.frame(args.article)
     if args.verdict:
@@ -153,10 +154,12 @@ def cmd_claims(args) -> int:
     counts = rows["verdict"].value_counts()
     print("  ".join(f"{v}: {counts.get(v, 0)}" for v in VERDICTS))
     for r in rows.itertuples():
-        rec = "" if r.recomputed_value is None else f" -> {r.recomputed_value}"
+        unit = f" {r.article_unit}" if isinstance(r.article_unit, str) and r.article_unit not in ("", "count") else ""
+        rec = "" if r.recomputed_value is None else f" -> {figure_text(r.recomputed_value)}{unit}"
         sev = f", {r.severity}" if r.severity else ""
-        print(f"{r.id:<44} {r.section:<8} {r.printed:<22}{rec}  [{r.verdict}{sev}]")
+        print(f"{r.id:<44} {r.section:<8} {terminal_pad(r.printed, 22)}{rec}  [{r.verdict}{sev}]")
     return 0
+
 
 
 def cmd_memory(args) -> int:

@@ -333,3 +333,20 @@ def test_throughput_costs_engine_and_kv_dtype_flags():
     v4 = json.loads(run("throughput", "deepseek-v4-flash", "--card", "h200", "--tp", "1", "--dp", "8", "--ep", "8",
                         "--context", "4096", "--concurrency", "128", "--quant", "fp8-fp4", "--json").stdout)
     assert v4["kv"]["engine"] == "vllm"                                                 # an NVIDIA card
+
+
+def test_claims_text_gives_units_exact_counts_and_aligns_cjk():
+    import unicodedata
+
+    out = run("claims", "--article", "v4", "--verdict", "erratum")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()[1:]
+    by_id = {line.split()[0]: line for line in lines}
+    assert "-> 393,216 params" in by_id["v4-1.3-mhc-entry-proj"]          # a parameter count, exact
+    assert "-> 6.218 KB" in by_id["v4-1.2-kv-per-token"]                   # four significant figures and the unit
+
+    def col(line: str) -> int:                                             # terminal column of the arrow
+        head = line.split("->")[0]
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in head)
+
+    assert len({col(line) for line in lines if "->" in line}) == 1

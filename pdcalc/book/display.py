@@ -153,3 +153,27 @@ def verdict_badge(verdict: str, severity: str = "") -> str:
     text = f"{verdict} · {severity}" if verdict == "erratum" and severity else verdict
     return (f'<span class="pdcalc-verdict" style="background:{bg};color:{fg};padding:0 .35em;border-radius:3px;'
             f'white-space:nowrap">{html.escape(text)}</span>')
+
+
+def figure_text(value, sig: int = 4) -> str:
+    """A figure for a terminal: integers exact, other numbers at ``sig`` significant figures, thousands
+    separators; anything else as it is."""
+    import math
+
+    from pdcalc.core.precision import round_sig
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return str(value)
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    v = round_sig(float(value), sig)
+    return f"{v:,.{max(0, sig - 1 - math.floor(math.log10(abs(v))))}f}"
+
+
+def terminal_pad(text, width: int) -> str:
+    """``text`` padded to ``width`` terminal columns (a CJK character takes two)."""
+    import unicodedata
+
+    text = str(text)
+    cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    return f"{text}{' ' * max(width - cols, 0)}"
