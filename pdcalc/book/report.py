@@ -666,3 +666,15 @@ def errata_brief(page: str | None = None):
              "where": [f'<span style="white-space:nowrap">{html.escape(w)}</span>' for w in df["where"]]}
     return HTML(table(df, caption="the articles' most consequential errata, most severe first",
                       csv_name="errata", cell_html=cells).data)
+
+
+def best_of(ranked, n: int) -> str:
+    """How a caption names the first ``n`` rows of a ranking it shows: "the five best splits", "the 3 splits that
+    fit", "the only split that fits"."""
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    k = len(ranked)
+    if k == 1:
+        return "the only split that fits"
+    if k <= n:
+        return f"the {words.get(k, f'{k:,}')} splits that fit"
+    return f"the {words.get(n, f'{n:,}')} best splits"

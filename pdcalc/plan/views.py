@@ -174,8 +174,9 @@ class RecommendationText:
         if not self.fits:
             return self.reason
         n = self.feasible
-        return (f"{self.label} gives the most output tokens per second per card of the {n:,} feasible "
-                f"split{'s' if n > 1 else ''} evaluated; what limits it first is {constraint_text(self.binding)}, "
+        among = ("is the only feasible split evaluated" if n == 1 else
+                 f"gives the most output tokens per second per card of the {n:,} feasible splits evaluated")
+        return (f"{self.label} {among}; what limits it first is {constraint_text(self.binding)}, "
                 f"{self.slack:.0%} from its limit.")
     def targets_note(self) -> str:
         """The targets and where each comes from."""
