@@ -39,6 +39,25 @@ class _Parser(argparse.ArgumentParser):
         message = " ".join(str(message).split())
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def add_argument(self, *args, **kw):
+        """Every flag with help text that states its default (the common ones described once here)."""
+        name = args[0] if args else kw.get("dest", "")
+        if not kw.get("help"):
+            kw["help"] = _COMMON_HELP.get(name, kw.get("help"))
+        default = kw.get("default")
+        if (kw.get("help") and default not in (None, False, argparse.SUPPRESS) and str(name).startswith("-")
+                and "default" not in kw["help"]):
+            shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+            kw["help"] = f"{kw['help']} (default: {shown})"
+        return super().add_argument(*args, **kw)
+
+
+#: Help text of the arguments several commands share.
+_COMMON_HELP = {"--json": "print the result as JSON (a stable contract) instead of text",
+                "model": "model preset (pdcalc list) or the path of a config.json",
+                "--card": "card preset (pdcalc list) or the path of a hardware TOML file",
+                "--article": "the article: v4 or v3 (default: both)", "--verdict": "only claims with this verdict"}
+
 
 def _flag_type(check, **bounds):
     """An argparse ``type`` that parses a number and checks it with :mod:`pdcalc.core.checks`."""
@@ -91,11 +110,9 @@ def _clean(x):
 
 def _sig(x: float, sig: int = 3) -> str:
     """``x`` to ``sig`` significant figures, with thousands separators."""
-    from pdcalc.core.precision import round_sig
+    from pdcalc.book.display import figure_text
 
-    v = round_sig(float(x), sig)
-    return f"{v:,.0f}" if abs(v) >= 10 ** (sig - 1) else f"{v:,.{max(0, sig - 1 - math.floor(math.log10(abs(v))))}f}" \
-        if v else "0"
+    return figure_text(float(x), sig)
 
 
 def _print_json(out, **kw) -> int:
@@ -545,29 +562,12 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from pdcalc.reality.calibration import stored, stored_held_out
+    from pdcalc.book.report import served_validation
 
-    df = stored_held_out()
-    rows = [{"id": r.id, "metric": r.metric, "measured": r.measured, "predicted": r.predicted, "low": r.low,
-             "high": r.high, "held_out": True, "covered": bool(r.covered), "source": r.source_id,
-             "terms_from": r.pool} for r in df.itertuples()]
-    summ = stored()["summary"]
+    report = served_validation()
     if args.json:
-        return _print_json({"predictions": rows, "summary": summ,
-                            "held_out_means": "each run predicted at terms fitted without its source document; "
-                                              "its range from other documents' held-out errors"}, indent=2)
-    units = {"output_tokens_per_s": ("tokens/s", 1.0), "tpot_s": ("ms", 1e3), "ttft_s": ("ms", 1e3)}
-    print(f"{'run':<64} {'metric':<6} {'measured':>10} {'predicted':>10} {'80 % range':>21}  in")
-    for r in rows:
-        unit, f = units[r["metric"]]
-        print(f"{r['id'][:64]:<64} {r['metric'].split('_')[0]:<6} {_sig(r['measured'] * f):>10} "
-              f"{_sig(r['predicted'] * f):>10} {_sig(r['low'] * f):>10}-{_sig(r['high'] * f):<10} "
-              f"{'yes' if r['covered'] else 'no'}  {unit}")
-    print("held out (leave one source out), over output tokens/s and TPOT:")
-    for k, s in summ.items():
-        print(f"  {k:<12} {s['points']:>4} points: median |error| {s['median_abs_err_pct']:.0f} %, 90th percentile "
-              f"{s['p90_abs_err_pct']:.0f} %, 80 % ranges cover {s['coverage_pct']:.0f} % (kernels alone: "
-              f"{s['before_median_abs_err_pct']:.0f} %, {s['before_p90_abs_err_pct']:.0f} %)")
+        return _print_json(report["json"], indent=2)
+    print("\n".join(report["lines"]))
     return 0
 
 
@@ -674,8 +674,8 @@ def _add_plan(sub) -> None:
     load = spl.add_mutually_exclusive_group(required=True)
     load.add_argument("--rate", type=_num(*RATE_PER_S, low_open=False), help="requests per second")
     load.add_argument("--concurrency", type=_int(1, MAX_SEQUENCES), help="sequences decoding at once")
-    spl.add_argument("--ttft-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time to first token")
-    spl.add_argument("--tpot-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time per output token")
+    spl.add_argument("--ttft-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time to first token (default: the published service level)")
+    spl.add_argument("--tpot-ms", type=_num(*LATENCY_MS, low_open=False), default=None, help="target time per output token (default: the published service level)")
     spl.add_argument("--quant", default=None,
                     help="quantization scheme (pdcalc list); default: the official release on NVIDIA cards, "
                          "the W8A8 checkpoint on Ascend (w8a8-msmodelslim for DeepSeek-V4, w8a8 otherwise)")

@@ -350,3 +350,18 @@ def test_claims_text_gives_units_exact_counts_and_aligns_cjk():
         return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in head)
 
     assert len({col(line) for line in lines if "->" in line}) == 1
+
+
+def test_every_flag_has_help_that_states_its_default():
+    import argparse
+
+    from pdcalc.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        for a in parser._actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            assert a.help, (name, a.option_strings or a.dest)
+            if a.option_strings and a.default not in (None, False, argparse.SUPPRESS):
+                assert "default" in a.help, (name, a.option_strings, a.help)

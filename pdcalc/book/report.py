@@ -678,3 +678,34 @@ def best_of(ranked, n: int) -> str:
     if k <= n:
         return f"the {words.get(k, f'{k:,}')} splits that fit"
     return f"the {words.get(n, f'{n:,}')} best splits"
+
+
+def served_validation() -> dict:
+    """``pdcalc validate``: every held-out prediction of the served corpus with its range and source, and the
+    held-out summary; as ``{"json": ..., "lines": [...]}`` (text lines for a terminal)."""
+    from pdcalc.book.display import figure_text
+    from pdcalc.reality.calibration import stored, stored_held_out
+
+    rows = [{"id": r.id, "metric": r.metric, "measured": r.measured, "predicted": r.predicted, "low": r.low,
+             "high": r.high, "held_out": True, "covered": bool(r.covered), "source": r.source_id,
+             "terms_from": r.pool} for r in stored_held_out().itertuples()]
+    summ = stored()["summary"]
+    units = {"output_tokens_per_s": ("tokens/s", 1.0), "tpot_s": ("ms", 1e3), "ttft_s": ("ms", 1e3)}
+
+    def f3(x: float) -> str:
+        return figure_text(float(x), 3)
+
+    lines = [f"{'run':<64} {'metric':<6} {'measured':>10} {'predicted':>10} {'80 % range':>21}  in"]
+    for r in rows:
+        unit, k = units[r["metric"]]
+        lines.append(f"{r['id'][:64]:<64} {r['metric'].split('_')[0]:<6} {f3(r['measured'] * k):>10} "
+                     f"{f3(r['predicted'] * k):>10} {f3(r['low'] * k):>10}-{f3(r['high'] * k):<10} "
+                     f"{'yes' if r['covered'] else 'no'}  {unit}")
+    lines.append("held out (leave one source out), over output tokens/s and TPOT:")
+    for key, x in summ.items():
+        lines.append(f"  {key:<12} {x['points']:>4} points: median |error| {x['median_abs_err_pct']:.0f} %, 90th "
+                     f"percentile {x['p90_abs_err_pct']:.0f} %, 80 % ranges cover {x['coverage_pct']:.0f} % (kernels "
+                     f"alone: {x['before_median_abs_err_pct']:.0f} %, {x['before_p90_abs_err_pct']:.0f} %)")
+    return {"json": {"predictions": rows, "summary": summ,
+                     "held_out_means": "each run predicted at terms fitted without its source document; its range "
+                                       "from other documents' held-out errors"}, "lines": lines}
