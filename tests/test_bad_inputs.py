@@ -273,3 +273,46 @@ def test_a_model_too_large_for_the_cards_is_stated_in_the_rerun_chapter(tmp_path
     glued = _glued(tmp_path / "kv_memory.ipynb")
     assert glued["real_C_verdict"].startswith("'does not fit, short by")
     assert "memory, not the scheduler" in glued["d_limit_short"] and int(glued["n_real_max"]) < 30
+
+
+# -- RoPE fields of a config (read by the engine's buffers: memory --max-num-batched-tokens) -----
+ROPE = {"beta_fast": 32, "beta_slow": 1, "factor": 16, "original_max_position_embeddings": 65536, "type": "yarn"}
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("rope_scaling", "yarn", "rope_scaling"),
+    ("rope_scaling", [16, 65536], "rope_scaling"),
+    ("rope_scaling", {**ROPE, "factor": "16"}, "rope_scaling.factor"),
+    ("rope_scaling", {**ROPE, "factor": float("nan")}, "rope_scaling.factor"),
+    ("rope_scaling", {**ROPE, "factor": -16}, "rope_scaling.factor"),
+    ("rope_scaling", {**ROPE, "factor": 0.5}, "rope_scaling.factor"),
+    ("rope_scaling", {**ROPE, "original_max_position_embeddings": None}, "rope_scaling.original_max_position_embeddings"),
+    ("rope_scaling", {**ROPE, "original_max_position_embeddings": 655.36},
+     "rope_scaling.original_max_position_embeddings"),
+    ("rope_scaling", {**ROPE, "factor": 1024, "original_max_position_embeddings": 2**30}, "rope_scaling.factor"),
+    ("rope_scaling", {**ROPE, "beta_fast": float("inf")}, "rope_scaling.beta_fast"),
+    ("rope_scaling", {**ROPE, "type": 3}, "rope_scaling.type"),
+    ("rope_theta", "10000", "rope_theta"),
+    ("compress_rope_theta", -1, "compress_rope_theta"),
+])
+def test_rope_fields_are_checked(write, field, value, named):
+    cfg = config(V4)
+    cfg[field] = value
+    path = write(f"rope/{named}/config.json", json.dumps(cfg, allow_nan=True))
+    for args in (("memory", path, *MEM, "--max-num-batched-tokens", "8192"), ("params", path, "--json")):
+        line = assert_refused(run_cli(*args), path)
+        assert f"field '{named}'" in line, line
+
+
+def test_rope_fields_as_whole_number_floats_are_the_same_model(write):
+    cfg = config(V4)
+    cfg["rope_scaling"] = {**cfg["rope_scaling"], "factor": float(cfg["rope_scaling"]["factor"]),
+                           "original_max_position_embeddings": float(cfg["rope_scaling"]["original_max_position_embeddings"])}
+    path = write("rope-float/config.json", json.dumps(cfg))
+    args = (*MEM, "--max-num-batched-tokens", "8192")
+    mine, preset = run_cli("memory", path, *args).json, run_cli("memory", V4, *args).json
+    mine.pop("model"), preset.pop("model")
+    assert mine == preset
+    null = dict(config(V4), rope_scaling=None)  # no scaling: a shorter RoPE table, so more room for KV
+    unscaled = run_cli("memory", write("rope-null/config.json", json.dumps(null)), *args).json
+    assert unscaled != preset

@@ -346,6 +346,8 @@ def _check_config(cfg: ModelConfig) -> None:
                           f"num_hidden_layers={cfg.num_hidden_layers} (allowed: 0..{cfg.num_hidden_layers})")
     if cfg.compress_ratios is not None:
         store("compress_ratios", _checked_ratios(cfg))
+    store("extra", dict(cfg.extra or {}))  # a copy: the checked RoPE fields are stored canonical in it
+    _checked_rope(src, cfg.extra, cfg.max_position_embeddings)
     if cfg.model_type == "deepseek_v4":
         if cfg.compress_ratios is None:
             raise ConfigError(src, "compress_ratios", "missing (required for model_type 'deepseek_v4')")
@@ -355,6 +357,64 @@ def _check_config(cfg: ModelConfig) -> None:
         if (cfg.num_attention_heads * cfg.head_dim) % cfg.o_groups:
             raise ConfigError(src, "o_groups", f"num_attention_heads*head_dim = {cfg.num_attention_heads} * "
                               f"{cfg.head_dim} is not divisible by o_groups={cfg.o_groups}")
+
+
+#: RoPE fields of ``config.json`` that pdcalc reads (:func:`pdcalc.layout.memory.engine_buffers`) or checks, with
+#: their ranges. ``rope_theta`` is 10,000 on DeepSeek-V2/V3/V4, 50,000 on Kimi-K2, 160,000 for V4's compressed
+#: layers (``compress_rope_theta``) and 1e6 .. 5e7 on other released models; a YaRN ``factor`` is 40 on
+#: DeepSeek-V3, 32 on Kimi-K2, 16 on V4-Flash (Hugging Face ``rope_scaling`` requires it at least 1);
+#: ``original_max_position_embeddings`` is 4,096 (V3) or 65,536 (V4), and times ``factor`` it is the length of
+#: the RoPE table an engine builds, bounded like ``max_position_embeddings``.
+ROPE_THETA = (1.0, 1e12)
+ROPE_FACTOR = (1.0, 1024.0)
+#: Other numeric YaRN and Llama-3 fields of ``rope_scaling`` (``beta_fast`` 32, ``mscale`` 0.707 .. 1.0 in the
+#: released configs): finite and within this range when present.
+ROPE_SCALARS = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "low_freq_factor",
+                "high_freq_factor")
+ROPE_SCALAR = (0.0, 1e6)
+
+
+def _checked_rope(src: str, extra: dict, max_positions: int | None) -> None:
+    """``rope_theta``, ``compress_rope_theta`` and ``rope_scaling`` of ``extra`` checked, stored canonical
+    (a :class:`ConfigError` naming the field, e.g. ``rope_scaling.factor``, otherwise)."""
+    def check(name, fn, value, **kw):
+        try:
+            return fn("", value, **kw)
+        except checks.InputError as exc:
+            raise ConfigError(src, name, str(exc)) from None
+
+    for name in ("rope_theta", "compress_rope_theta"):
+        if extra.get(name) is not None:
+            extra[name] = check(name, checks.number, extra[name], low=ROPE_THETA[0], high=ROPE_THETA[1])
+    scaling = extra.get("rope_scaling")
+    if scaling is None:
+        return
+    if not isinstance(scaling, dict):
+        raise ConfigError(src, "rope_scaling", "must be an object such as {\"type\": \"yarn\", \"factor\": 16, "
+                          "\"original_max_position_embeddings\": 65536} or null, got " + checks.show(scaling))
+    out = dict(scaling)
+    for key in ("type", "rope_type"):
+        if key in out:
+            out[key] = check(f"rope_scaling.{key}", checks.text, out[key])
+    if "factor" in out:
+        out["factor"] = check("rope_scaling.factor", checks.number, out["factor"], low=ROPE_FACTOR[0],
+                              high=ROPE_FACTOR[1])
+    if "original_max_position_embeddings" in out:
+        low, high = LIMITS["max_position_embeddings"]
+        out["original_max_position_embeddings"] = check("rope_scaling.original_max_position_embeddings",
+                                                        checks.integer, out["original_max_position_embeddings"],
+                                                        low=low, high=high)
+    for key in ROPE_SCALARS:
+        if key in out:
+            out[key] = check(f"rope_scaling.{key}", checks.number, out[key], low=ROPE_SCALAR[0],
+                             high=ROPE_SCALAR[1])
+    base = out.get("original_max_position_embeddings", max_positions)
+    high = LIMITS["max_position_embeddings"][1]
+    if base is not None and base * out.get("factor", 1.0) > high:
+        raise ConfigError(src, "rope_scaling.factor", f"{out.get('factor', 1.0):g} x original_max_position_"
+                          f"embeddings {base:,} is {base * out.get('factor', 1.0):,.0f} positions; at most "
+                          f"{high:,} (the longest context max_position_embeddings may declare)")
+    extra["rope_scaling"] = out
 
 
 def _checked_ratios(cfg: ModelConfig) -> tuple[int, ...]:
