@@ -191,7 +191,7 @@ def cmd_memory(args) -> int:
 
         buffers = load_buffers(args.model, default_engine(args.card), max_num_batched_tokens=args.max_num_batched_tokens)
     loaded = w.total_bytes + sum(buffers.values())
-    b = budget(args.card, loaded, utilization=args.utilization)
+    b = budget(args.card, loaded, utilization=args.utilization, overhead_bytes=args.overhead_gb * GB)
     out = {
         "model": args.model, "card": args.card, "quant": w.scheme, "ep": w.ep, "tp": w.tp, "mtp": w.mtp,
         "experts_per_card": w.experts_per_card,
@@ -199,7 +199,7 @@ def cmd_memory(args) -> int:
         "load_buffers_bytes": buffers, "loaded_bytes": loaded,
         "class_i_bytes": w.class_i_bytes, "class_ii_bytes": w.class_ii_bytes,
         "usable_bytes": b.usable_bytes, "usable_basis": f"{b.utilization} x {b.base_bytes:.0f} B visible",
-        "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
+        "activations_and_framework_bytes": b.overhead_bytes, "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
     }
     if args.context is not None:
         from pdcalc.model.kv_cache import kv_bytes, sequences_that_fit
@@ -219,15 +219,16 @@ def cmd_memory(args) -> int:
           f"{'' if w.ep else f' (1/{w.tp} of each)'}")
     for k, v in w.by_category.items():
         print(f"    {k:<24}{v / GB:>10.3f} GB {v / GiB:>10.3f} GiB")
-    print(f"  weights                     {w.total_bytes / GB:>10.3f} GB {w.total_bytes / GiB:>10.3f} GiB")
+    print(f"  {'weights':<26}{w.total_bytes / GB:>10.3f} GB {w.total_bytes / GiB:>10.3f} GiB")
     if args.max_num_batched_tokens is not None:
         if buffers:
             for k, v in buffers.items():
                 print(f"    + {k:<22}{v / GB:>10.3f} GB {v / GiB:>10.3f} GiB")
-            print(f"  as the engine logs it       {loaded / GB:>10.3f} GB {loaded / GiB:>10.3f} GiB")
+            print(f"  {'as the engine logs it':<26}{loaded / GB:>10.3f} GB {loaded / GiB:>10.3f} GiB")
         else:
             print("  (no load buffers are modelled for this model on this card's engine)")
-    print(f"  usable ({b.utilization} x visible) {b.usable_bytes / GB:>10.3f} GB {b.usable_bytes / GiB:>10.3f} GiB")
+    print(f"  {f'usable ({b.utilization} x visible)':<26}{b.usable_bytes / GB:>10.3f} GB {b.usable_bytes / GiB:>10.3f} GiB")
+    print(f"  {'activations and framework':<26}{b.overhead_bytes / GB:>10.3f} GB {b.overhead_bytes / GiB:>10.3f} GiB")
     print(f"  {b.verdict()}")
     if "kv" in out:
         kv = out["kv"]
@@ -591,6 +592,9 @@ def _add_claims(sub) -> None:
 
 
 def _add_memory(sub) -> None:
+    from pdcalc.core.units import GB
+    from pdcalc.layout.memory import D_OVERHEAD_BYTES
+
     sm = sub.add_parser("memory", help="per-card weights and what is left for the KV cache")
     sm.add_argument("model", type=_name)
     sm.add_argument("--card", required=True, type=_name)
@@ -604,6 +608,9 @@ def _add_memory(sub) -> None:
                     help="load the MTP module (speculative decoding); default: yes")
     sm.add_argument("--redundant", type=_int(0, MAX_CARDS), default=0, help="redundant expert copies per EP group")
     sm.add_argument("--utilization", type=_FRACTION, default=0.9, help="gpu-memory-utilization")
+    sm.add_argument("--overhead-gb", type=_num(0.0, 1e4, low_open=False), default=D_OVERHEAD_BYTES / GB,
+                    help=f"activations and framework per card, GB (default: {D_OVERHEAD_BYTES / GB:g}, the V4 "
+                         "article's D card, as the planner and the book count it)")
     sm.add_argument("--context", type=_int(1, MAX_TOKENS), default=None,
                     help="also say how many sequences of this many tokens the KV room holds")
     sm.add_argument("--max-num-batched-tokens", type=_int(1, MAX_TOKENS), default=None,

@@ -75,8 +75,30 @@ def test_memory_json():
     data = json.loads(run("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "32", "--json").stdout)
     assert data["experts_per_card"] == 8
     assert data["weights_bytes"] == pytest.approx(sum(data["weights_by_category_bytes"].values()))
-    assert data["left_for_kv_bytes"] == pytest.approx(data["usable_bytes"] - data["weights_bytes"])
+    assert data["left_for_kv_bytes"] == pytest.approx(
+        data["usable_bytes"] - data["weights_bytes"] - data["activations_and_framework_bytes"])
     assert data["fits"] is True
+
+
+def test_memory_counts_what_the_book_counts():
+    """`memory --context` leaves the room the KV chapter's D card leaves (weights, the article's activations and
+    framework, utilisation) and so counts the same sequences."""
+    from pdcalc.audit import registry
+    from pdcalc.core.units import GB
+    from pdcalc.layout.memory import D_OVERHEAD_BYTES, P_OVERHEAD_BYTES, card_plan
+    from pdcalc.model.kv_cache import sequences_that_fit
+
+    act, fw = registry.printed_value("v4-6.3-d-act"), registry.printed_value("v4-6.3-d-framework")
+    assert D_OVERHEAD_BYTES == (act + fw) * GB
+    assert P_OVERHEAD_BYTES == (registry.printed_value("v4-6.2-p-act") + registry.printed_value("v4-6.2-p-framework")) * GB
+    context = int(registry.printed_value("v4-6.2-max-model-len"))
+    plan = card_plan("D", "deepseek-v4-flash", "w8a8-msmodelslim", "ascend-910b2", ep=32, activation_bytes=act * GB,
+                     framework_bytes=fw * GB)
+    data = json.loads(run("memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "32", "--context",
+                          str(context), "--json").stdout)
+    assert data["left_for_kv_bytes"] == pytest.approx(plan.room_bytes(), rel=1e-12)
+    assert data["kv"]["sequences_that_fit"] == sequences_that_fit(plan.room_bytes(), context, "deepseek-v4-flash",
+                                                                  "vllm-ascend", include_mtp=True)
 
 
 def test_memory_that_does_not_fit_is_a_result():

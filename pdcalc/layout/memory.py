@@ -22,6 +22,12 @@ from pdcalc.layout.parallel import place_experts
 from pdcalc.model.inventory import CATEGORIES, get_inventory
 from pdcalc.model.quant import get_scheme
 
+# Activations and framework per card when nothing else is known: the V4 article's P card (§6.2: 2.0 GB
+# activations + 1.5 GB framework) and D card (§6.3: 2.0 GB + 2.0 GB), bytes; the planner's defaults and
+# `pdcalc memory --overhead-gb` (tests/test_cli.py holds them to the article's printed figures).
+P_OVERHEAD_BYTES = 3.5e9
+D_OVERHEAD_BYTES = 4.0e9
+
 
 @dataclass(frozen=True)
 class CardWeights:

@@ -15,6 +15,7 @@ import numpy as np
 
 from pdcalc.core.checks import InputError, boolean, fraction, integer, number, show, text
 from pdcalc.core.errors import LayoutError, PdcalcError
+from pdcalc.layout.memory import D_OVERHEAD_BYTES, P_OVERHEAD_BYTES
 from pdcalc.perf import step as tput
 from pdcalc.reality import measurements
 
@@ -160,8 +161,8 @@ class Setup(_Served):
                                               # vllm-ascend on Ascend)
     kv_cache_dtype: str | None = None         # the engine's KV cache format (kv_cache.kv_bytes); None: its default
     kv_bytes_per_token: float | None = None   # constant KV bytes per token instead of the engine layout
-    p_overhead_bytes: float = 3.5e9           # activations + framework per P card
-    d_overhead_bytes: float = 4.0e9           # activations + framework per D card
+    p_overhead_bytes: float = P_OVERHEAD_BYTES  # activations + framework per P card (the V4 article's)
+    d_overhead_bytes: float = D_OVERHEAD_BYTES  # activations + framework per D card (the V4 article's)
     bandwidth_bytes_per_s: float = 18e9       # effective P -> D transfer bandwidth per request
     transfer_fixed_s: float = 0.0             # fixed cost per transfer
     tp_options: tuple[int, ...] = (1,)        # TP degrees tried on both sides (those the model allows)
