@@ -58,6 +58,23 @@ def test_a_valid_card_file_is_accepted(write):
      ["flops_per_s"]),
     (card().replace("scale_out_bytes_per_s = 25e9\n", ""), ["scale_out_bytes_per_s", "missing"]),
     ("hbm_bytes = [[[[", ["not valid TOML"]),
+    # below any real card: a bandwidth of 1e-300 B/s made step times infinite and shares "nan%"
+    (card().replace("hbm_bandwidth_bytes_per_s = 1.6e12", "hbm_bandwidth_bytes_per_s = 1e-300")
+     .replace("hbm_bandwidth_bytes_per_s_range = [1.2e12, 2.0e12]\n", ""), ["hbm_bandwidth_bytes_per_s", "10,000,000,000"]),
+    (card().replace("hbm_bytes = 68719476736", "hbm_bytes = 1"), ["hbm_bytes", "1,000,000,000"]),
+    (card().replace("hbm_visible_bytes = 65455301591", "hbm_visible_bytes = 1e-5"), ["hbm_visible_bytes"]),
+    (card().replace("intra_node_bytes_per_s = 196e9", "intra_node_bytes_per_s = 5e-324"), ["intra_node_bytes_per_s"]),
+    (card().replace("scale_out_bytes_per_s = 25e9", "scale_out_bytes_per_s = 1e3"), ["scale_out_bytes_per_s"]),
+    (card().replace("int8 = 752e12", "int8 = 1e-300"), ["flops_per_s.int8"]),
+    (card().replace("[1.2e12, 2.0e12]", "[1e-300, 2.0e12]"), ["hbm_bandwidth_bytes_per_s_range"]),
+    (card() + "flops_per_s_range = [1, 376e12]\n", ["flops_per_s_range"]),
+    (card() + "ranks_per_card = 0\n", ["ranks_per_card"]),
+    (card() + "scale_up_cards = 0\n", ["scale_up_cards"]),
+    # a misspelt field is refused, with the close name, not ignored
+    (card().replace("hbm_visible_bytes", "hbm_visable_bytes"), ["'hbm_visable_bytes'", "did you mean 'hbm_visible_bytes'"]),
+    (card() + "cards_per_nodes = 16\n", ["cards_per_nodes", "did you mean 'cards_per_node'"]),
+    (card().replace("bf16 = 353.9e12", "bf61 = 353.9e12"), ["flops_per_s.bf61", "did you mean 'bf16'"]),
+    (card() + "extra = 1\n", ["'extra'", "unknown field"]),
 ])
 def test_bad_card_fields_name_the_file_and_field(write, content, fragments):
     path = write("bad.toml", content)
@@ -65,6 +82,37 @@ def test_bad_card_fields_name_the_file_and_field(write, content, fragments):
                 ("throughput", V3, "--card", path, "--tp", "8", "--dp", "4", "--context", "2048",
                  "--concurrency", "80", "--json")):
         assert_refused(run_cli(*cmd), path, *fragments)
+
+
+def test_card_files_are_named_as_given(write, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write("cards/mine.toml", card().replace(", int8 = 752e12", ""))
+    given = os.path.join("cards", "mine.toml")
+    # a card without the scheme's compute dtype: the file as given, the flag to change and what it can run
+    line = assert_refused(run_cli(*PLAN, "--card", given, "--cards", "16", "--concurrency", "64"),
+                          f"card {given!r}", "int8", "--quant", "bf16")
+    assert "step_kwargs" not in line
+    assert_refused(run_cli("throughput", V3, "--card", given, "--tp", "8", "--dp", "4", "--context", "2048",
+                           "--concurrency", "80", "--quant", "w8a8"), f"card {given!r}", "int8", "--quant")
+    assert_refused(run_cli("memory", V4, "--card", write("cards/low.toml", card().replace("hbm_bytes = 68719476736",
+                                                                                          "hbm_bytes = 1")),
+                           "--ep", "8"), str(tmp_path / "cards" / "low.toml"), "hbm_bytes")
+
+
+def test_cards_at_the_lower_bounds_give_finite_results(write):
+    low = ('label = "least"\nfamily = "ascend"\nhbm_bytes = 1e15\nhbm_bandwidth_bytes_per_s = 1e10\n'
+           'flops_per_s = { fp16 = 1e11, bf16 = 1e11, int8 = 1e11 }\nintra_node_bytes_per_s = 1e8\n'
+           'scale_out_bytes_per_s = 1e8\n')
+    path = write("least.toml", low)
+    out = assert_clean(run_cli("throughput", V3, "--card", path, "--tp", "8", "--dp", "4", "--context", "2048",
+                               "--concurrency", "80", "--json"))
+    fast = run_cli("throughput", V3, "--card", "ascend-910b2", "--tp", "8", "--dp", "4", "--context", "2048",
+                   "--concurrency", "80", "--json").json
+    json.loads(out.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert out.code == 0 and out.json["phases"]["decode"]["step_s"] > fast["phases"]["decode"]["step_s"]
+    plan = assert_clean(run_cli(*PLAN, "--card", path, "--cards", "16", "--concurrency", "64", "--json"))
+    json.loads(plan.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert plan.code == 0 and plan.json["cards"] == 16
 
 
 def test_card_files_that_cannot_be_read(write, tmp_path):

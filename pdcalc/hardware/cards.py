@@ -3,17 +3,23 @@
 Units are in the field names: bytes, bytes per second, FLOP per second. A user's own card is a TOML
 file with the same keys; a missing or nonsensical field is an error naming the file and the field.
 
-Every number is finite and positive, and at most a bound that leaves room for cards decades ahead:
+Every number is finite, at least a bound below any real accelerator (a smaller figure is a typo or a unit
+slip, and would make step times overflow) and at most a bound that leaves room for cards decades ahead:
 
-=================================================== ============ ================================
-field                                               at most      largest preset
-=================================================== ============ ================================
-hbm_bytes, hbm_visible_bytes, hbm_marketed_bytes    2**50 B      192.3e9 B (B200); 1 PiB
-hbm_bandwidth_bytes_per_s (and its range)           2**50 B/s    7.7e12 B/s (B200); 1.1 PB/s
-intra_node_bytes_per_s, scale_out_bytes_per_s       2**50 B/s    900e9 B/s (B200 NVLink)
-flops_per_s.<dtype> (and flops_per_s_range)         2**60 FLOP/s 4.5e15 (B200 FP8); 1.2e18
-cards_per_node                                      65,536       8 (a rack-scale domain: 72, 384)
-=================================================== ============ ================================
+=================================================== ============ ============ ===============================
+field                                               at least     at most      presets (smallest, largest)
+=================================================== ============ ============ ===============================
+hbm_bytes, hbm_visible_bytes, hbm_marketed_bytes    1e9 B        2**50 B      32 GiB (910B4-32G), 192.3e9 (B200)
+hbm_bandwidth_bytes_per_s (and its range)           1e10 B/s     2**50 B/s    0.8e12 (910B4-32G), 8e12 (B200)
+intra_node_bytes_per_s, scale_out_bytes_per_s       1e8 B/s      2**50 B/s    12.5e9 .. 900e9 (B200 NVLink)
+flops_per_s.<dtype> (and flops_per_s_range)         1e11 FLOP/s  2**60 FLOP/s 1e14 .. 4.5e15 (B200 FP8)
+cards_per_node, scale_up_cards                      1            65,536       8 (a rack-scale domain: 72, 384)
+ranks_per_card                                      1            16           2 (910C: two dies)
+=================================================== ============ ============ ===============================
+
+The lower bounds are far below any accelerator made (1 GB of memory, 10 GB/s of memory bandwidth, a
+1 Gb/s Ethernet link, 0.1 TFLOP/s). ``flops_per_s`` keys are dtypes (:data:`DTYPES`). A field pdcalc does not
+know (a misspelt ``hbm_visable_bytes``) is refused with the closest known name, never ignored.
 
 ``hbm_visible_bytes`` is at most ``hbm_bytes``; a ``*_range`` is ``[low, high]``, two such numbers with
 ``low <= high``, and the bandwidth range contains the bandwidth used.
@@ -53,6 +59,13 @@ MAX_BYTES = 2**50
 MAX_BYTES_PER_S = 2**50
 MAX_FLOPS_PER_S = 2**60
 MAX_CARDS_PER_NODE = 65536
+#: Lower bounds of the card fields: below any real accelerator (see the module docstring).
+MIN_BYTES = 1e9
+MIN_HBM_BYTES_PER_S = 1e10
+MIN_LINK_BYTES_PER_S = 1e8
+MIN_FLOPS_PER_S = 1e11
+#: Dtypes a card's ``flops_per_s`` may name.
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")
 
 #: Card makers; ``family`` must be one of them (it picks the default KV-cache engine).
 FAMILIES = ("ascend", "nvidia")
@@ -86,6 +99,7 @@ class Card:
     ranks_per_card: int | None = None          # devices (EP ranks) the runtime makes of one card (None: 1)
     scale_up_cards: int | None = None          # cards one scale-up fabric joins (None: cards_per_node)
     preset: bool = field(default=False, compare=False)  # a preset of pdcalc/data/hardware.toml, not a user's file
+    file: str = field(default="", compare=False, repr=False)  # a user's card: its path as given (named in errors)
     source: str = ""                            # one-line summary for tables
     sources: dict = field(default_factory=dict, repr=False)  # figure -> document and quote
     assumed: tuple = ()                         # figures no public source gives
@@ -153,7 +167,23 @@ class Card:
         try:
             return self.flops_per_s[dtype]
         except KeyError:
-            raise UnknownNameError(f"dtype for {self.name}", dtype, self.flops_per_s) from None
+            raise MissingDtypeError(self, dtype) from None
+
+    @property
+    def shown(self) -> str:
+        """How errors name the card: the path of a user's file as given, else the preset's name."""
+        return self.file or self.name
+
+
+class MissingDtypeError(UnknownNameError):
+    """A card without the peak FLOP/s of a dtype a computation needs; the message names the card as the user
+    gave it and the dtypes it lists."""
+
+    def __init__(self, card: Card, dtype: str):
+        super().__init__(f"dtype for {card.shown}", dtype, card.flops_per_s)
+        self.args = (f"card {card.shown!r} has no {dtype} FLOP/s (its flops_per_s lists "
+                     f"{', '.join(sorted(card.flops_per_s))}): choose a quantization scheme (--quant, pdcalc "
+                     f"list) whose compute dtype it lists, or another card",)
 
 
 def _check_figures(card: Card) -> None:
@@ -170,16 +200,19 @@ def _check_figures(card: Card) -> None:
     if not isinstance(card.family, str) or card.family not in FAMILIES:
         raise ConfigError(src, "family", f"must be one of {', '.join(FAMILIES)} (the card's maker; it picks "
                           f"the default KV-cache engine), got {checks.show(card.family)}")
-    for name, high, unit in (("hbm_bytes", MAX_BYTES, "bytes"),
-                             ("hbm_bandwidth_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
-                             ("intra_node_bytes_per_s", MAX_BYTES_PER_S, "bytes/s"),
-                             ("scale_out_bytes_per_s", MAX_BYTES_PER_S, "bytes/s")):
-        check(name, checks.number, getattr(card, name), low=0, high=high, low_open=True, unit=unit)
+    for name, low, high, unit in (("hbm_bytes", MIN_BYTES, MAX_BYTES, "bytes"),
+                                  ("hbm_bandwidth_bytes_per_s", MIN_HBM_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s"),
+                                  ("intra_node_bytes_per_s", MIN_LINK_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s"),
+                                  ("scale_out_bytes_per_s", MIN_LINK_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s")):
+        check(name, checks.number, getattr(card, name), low=low, high=high, unit=unit)
     if not isinstance(card.flops_per_s, dict) or not card.flops_per_s:
         raise ConfigError(src, "flops_per_s", "must be a non-empty table of dtype = FLOP/s, e.g. "
                           f"{{ bf16 = 989e12 }}, got {checks.show(card.flops_per_s)}")
     for k, v in card.flops_per_s.items():
-        check(f"flops_per_s.{k}", checks.number, v, low=0, high=MAX_FLOPS_PER_S, low_open=True, unit="FLOP/s")
+        if k not in DTYPES:
+            raise ConfigError(src, f"flops_per_s.{k}", "unknown dtype" + _closest(k, DTYPES) + "; known: "
+                              + ", ".join(DTYPES))
+        check(f"flops_per_s.{k}", checks.number, v, low=MIN_FLOPS_PER_S, high=MAX_FLOPS_PER_S, unit="FLOP/s")
     cards = check("cards_per_node", checks.integer, card.cards_per_node, low=1, high=MAX_CARDS_PER_NODE)
     object.__setattr__(card, "cards_per_node", cards)  # 8.0 -> 8
     for name, high in (("ranks_per_card", MAX_RANKS_PER_CARD), ("scale_up_cards", MAX_SCALE_UP_CARDS)):
@@ -188,19 +221,19 @@ def _check_figures(card: Card) -> None:
     check("label", checks.text, card.label)
     check("source", checks.text, card.source, allow_empty=True)
     if card.hbm_visible_bytes is not None:
-        check("hbm_visible_bytes", checks.number, card.hbm_visible_bytes, low=0, high=MAX_BYTES, low_open=True,
+        check("hbm_visible_bytes", checks.number, card.hbm_visible_bytes, low=MIN_BYTES, high=MAX_BYTES,
               unit="bytes")
         if card.hbm_visible_bytes > card.hbm_bytes:
             raise ConfigError(src, "hbm_visible_bytes", f"must be at most hbm_bytes ({card.hbm_bytes:,}), "
                               f"got {card.hbm_visible_bytes:,}")
     if card.hbm_marketed_bytes is not None:
-        check("hbm_marketed_bytes", checks.number, card.hbm_marketed_bytes, low=0, high=MAX_BYTES, low_open=True,
+        check("hbm_marketed_bytes", checks.number, card.hbm_marketed_bytes, low=MIN_BYTES, high=MAX_BYTES,
               unit="bytes")
-    for name, high, unit in (("hbm_bandwidth_bytes_per_s_range", MAX_BYTES_PER_S, "bytes/s"),
-                             ("flops_per_s_range", MAX_FLOPS_PER_S, "FLOP/s")):
+    for name, low, high, unit in (("hbm_bandwidth_bytes_per_s_range", MIN_HBM_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s"),
+                                  ("flops_per_s_range", MIN_FLOPS_PER_S, MAX_FLOPS_PER_S, "FLOP/s")):
         value = getattr(card, name)
         if value is not None:
-            object.__setattr__(card, name, _checked_range(src, name, value, high, unit))
+            object.__setattr__(card, name, _checked_range(src, name, value, low, high, unit))
     rng = card.hbm_bandwidth_bytes_per_s_range
     if rng is not None and not rng[0] <= card.hbm_bandwidth_bytes_per_s <= rng[1]:
         raise ConfigError(src, "hbm_bandwidth_bytes_per_s_range", f"must contain hbm_bandwidth_bytes_per_s "
@@ -240,14 +273,14 @@ def _check_provenance(card: Card) -> None:
         raise ConfigError(src, "assumed", "missing: list the figures the 'assumption' text is about")
 
 
-def _checked_range(src: str, name: str, value, high: float, unit: str) -> tuple:
-    """``[low, high]``: two finite positive numbers (at most ``high``) with ``low <= high``, as a tuple."""
-    what = f"must be [low, high]: two finite numbers in (0, {high:,}] ({unit}) with low <= high"
+def _checked_range(src: str, name: str, value, least: float, most: float, unit: str) -> tuple:
+    """``[low, high]``: two finite numbers in ``[least, most]`` with ``low <= high``, as a tuple."""
+    what = f"must be [low, high]: two finite numbers in {least:,.0f}..{most:,.0f} ({unit}) with low <= high"
     if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ConfigError(src, name, f"{what}, got {checks.show(value)}")
     for i, v in enumerate(value):
         try:
-            checks.number("", v, low=0, high=high, low_open=True)
+            checks.number("", v, low=least, high=most)
         except checks.InputError:
             raise ConfigError(src, name, f"{what}, got {checks.show(list(value))}") from None
     if value[0] > value[1]:
@@ -255,7 +288,15 @@ def _checked_range(src: str, name: str, value, high: float, unit: str) -> tuple:
     return tuple(value)
 
 
-_FIELDS = set(Card.__dataclass_fields__) - {"name", "extra", "preset"}
+_FIELDS = set(Card.__dataclass_fields__) - {"name", "extra", "preset", "file"}
+
+
+def _closest(name: str, known) -> str:
+    """``" (did you mean 'x'?)"`` for the known name closest to ``name``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def card_from_dict(data: dict, *, name: str, source_file: str, preset: bool = False) -> Card:
@@ -264,7 +305,11 @@ def card_from_dict(data: dict, *, name: str, source_file: str, preset: bool = Fa
     measured on a preset apply to it only as carried shares (:func:`pdcalc.perf.kernels.nearest_card`)."""
     if not isinstance(data, dict):
         raise ConfigError(source_file, None, f"expected a table of card fields, got {checks.show(data)}")
-    known = {k: v for k, v in data.items() if k in _FIELDS}
+    for key in data:
+        if key not in _FIELDS:
+            raise ConfigError(source_file, key, "unknown field" + _closest(key, _FIELDS) + "; known: "
+                              + ", ".join(sorted(_FIELDS)))
+    known = dict(data)
     if "family" not in known:
         raise ConfigError(source_file, "family", f"missing: must be one of {', '.join(FAMILIES)} (the card's "
                           "maker; it picks the default KV-cache engine), e.g. family = \"ascend\"")
@@ -274,7 +319,7 @@ def card_from_dict(data: dict, *, name: str, source_file: str, preset: bool = Fa
             raise ConfigError(source_file, required, "missing")
     known.setdefault("label", name)
     try:
-        return Card(name=name, extra={k: v for k, v in data.items() if k not in _FIELDS}, preset=preset, **known)
+        return Card(name=name, preset=preset, file="" if preset else source_file, **known)
     except ConfigError as exc:
         raise ConfigError(source_file, exc.field, exc.message) from None
 

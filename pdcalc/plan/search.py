@@ -287,6 +287,7 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
     without the FLOP/s of the compute dtype raises :class:`pdcalc.core.errors.LayoutError` before anything is
     evaluated."""
     t0 = time.perf_counter()
+    check_card_dtypes(setup)
     tg = resolve_targets(work, targets)
     work = replace(work, ttft_s=tg.ttft_s, tpot_s=tg.tpot_s)
     lay = layouts(setup, work)
@@ -318,6 +319,37 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
     winner, why = _winner(result)
     front = frontier(setup, work, targets=tg, lay=lay) if setup.frontier_points else None
     return replace(result, winner=winner, why=why, frontier=front, seconds=time.perf_counter() - t0)
+
+
+def check_card_dtypes(setup: Setup) -> None:
+    """Raise :class:`pdcalc.core.errors.LayoutError` (one line, naming the card as given and the flags or
+    chapter parameters to change) when the card lacks the peak FLOP/s of the dtype the step's linear layers
+    run in (the scheme's compute dtype) or its attention runs in. ``step_kwargs`` that set them are left to
+    the step itself."""
+    import inspect
+
+    from pdcalc.core.errors import LayoutError
+    from pdcalc.hardware.cards import get_card
+    from pdcalc.model.quant import SCHEMES, get_scheme
+    from pdcalc.perf.inputs import COMPUTE_DTYPE
+    from pdcalc.perf.step import step
+
+    kw = setup.step_kwargs
+    if kw.get("peak_flops_per_s") is not None or kw.get("compute_dtype") or "attn_dtype" in kw:
+        return
+    c, scheme = get_card(setup.card), get_scheme(setup.quant).name
+    attn = inspect.signature(step).parameters["attn_dtype"].default
+    needs = {d: w for d, w in ((COMPUTE_DTYPE.get(scheme), f"the compute dtype of scheme {scheme!r}"),
+                               (attn, "the attention dtype")) if d is not None}
+    missing = [d for d in needs if d not in c.flops_per_s]
+    if not missing:
+        return
+    fits = [s for s in SCHEMES if COMPUTE_DTYPE.get(s) in c.flops_per_s] if attn in c.flops_per_s else []
+    how = (f"choose a scheme it can run (--quant, or the chapter parameter quant: {', '.join(fits)})" if fits else
+           "choose another card (--card)")
+    raise LayoutError(f"card {c.shown!r} has no {' or '.join(missing)} FLOP/s "
+                      f"({'; '.join(needs[d] for d in missing)}); its flops_per_s lists "
+                      f"{', '.join(sorted(c.flops_per_s))}: {how}")
 
 
 #: Columns given an 80 % range under the served model, with the metric whose held-out errors give it.
