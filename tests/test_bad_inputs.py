@@ -267,6 +267,12 @@ def test_json_never_holds_a_bare_infinity(write):
     ("validation", [("beyond", "maybe")], ["beyond"]),
     ("per_card", [("d_ep", "1000")], ["d_ep"]),
     ("per_card", [("nope", "1")], ["nope"]),
+    # what to run plans like plan: a card without the scheme's compute dtype is refused before anything runs
+    ("what_to_run", [("card", "h200")], ["card", "h200", "int8", "fp8"]),
+    ("what_to_run", [("quant", "fp8")], ["quant", "ascend-910b2", "fp8"]),
+    ("what_to_run", [("card", str(Path(__file__).parent / "data" / "cards" / "fp16-only.toml"))], ["card", "fp16-only.toml"]),
+    ("what_to_run", [("output_tokens", "1000000")], ["output_tokens", "context"]),
+    ("what_to_run", [("tp_options", "[3]")], ["tp_options", "3"]),
 ])
 def test_rerun_parameters_are_refused_before_anything_runs(tmp_path, chapter, params, fragments):
     args = ["rerun", chapter, "-o", str(tmp_path / "out")]
@@ -364,3 +370,9 @@ def test_rope_fields_as_whole_number_floats_are_the_same_model(write):
     null = dict(config(V4), rope_scaling=None)  # no scaling: a shorter RoPE table, so more room for KV
     unscaled = run_cli("memory", write("rope-null/config.json", json.dumps(null)), *args).json
     assert unscaled != preset
+
+
+def test_what_to_run_takes_a_card_with_a_scheme_it_can_run():
+    from pdcalc.book.validators import validate
+
+    assert validate("what_to_run", {"card": "h200", "quant": "fp8"}) == {"card": "h200", "quant": "fp8"}

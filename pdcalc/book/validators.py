@@ -433,6 +433,8 @@ class ComputeNeed(NamedTuple):
 #: FLOP/s these computations read (``Card.flops(dtype)`` raises otherwise, after the chapter started).
 COMPUTE_NEEDS: dict[str, tuple[ComputeNeed, ...]] = {
     "plan": (ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.perf.step.step)"),),
+    "what_to_run": (ComputeNeed("card", "quant", _throughput_flops,
+                                "the recommended split's prefill and decode steps (pdcalc.perf.step.step)"),),
     "v3_throughput": (
         ComputeNeed("card", "quant", _throughput_flops, "prefill and decode steps (pdcalc.perf.step.step)"),
         ComputeNeed("other_card", "other_quant", _throughput_flops,
@@ -488,7 +490,8 @@ def _article_context() -> int:
 
 
 #: What a ``None`` parameter stands for in a chapter, where other checks need the number.
-NONE_MEANS: dict[tuple[str, str], Callable[[], Any]] = {("plan", "context"): _article_context}
+NONE_MEANS: dict[tuple[str, str], Callable[[], Any]] = {("plan", "context"): _article_context,
+                                                        ("what_to_run", "context"): _article_context}
 
 
 def _output_below_context(values: dict, chapter: str) -> str | None:
