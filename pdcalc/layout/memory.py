@@ -27,6 +27,37 @@ from pdcalc.model.quant import get_scheme
 # `pdcalc memory --overhead-gb` (tests/test_cli.py holds them to the article's printed figures).
 P_OVERHEAD_BYTES = 3.5e9
 D_OVERHEAD_BYTES = 4.0e9
+#: The activations in those figures: 2.0 GB on the P card (V4 article §6.2) and on the D card (§6.3), bytes.
+ACTIVATION_BYTES = 2.0e9
+#: The published deployment whose P step the article's P card is sized for (its KV "4096 × 44 KB", §6.2): the
+#: vllm-ascend tutorial's P ``--max-num-batched-tokens`` (deployments.toml).
+ACTIVATION_DEPLOYMENT = "v4-flash-910b-pd"
+
+
+def activation_tokens() -> int:
+    """Tokens per step of the P card the article's :data:`ACTIVATION_BYTES` belong to (the tutorial's P
+    ``--max-num-batched-tokens``, read from deployments.toml)."""
+    from pdcalc.layout.deployment import get_deployment
+
+    return int(get_deployment(ACTIVATION_DEPLOYMENT)["prefill_max_num_batched_tokens"])
+
+
+def activation_bytes(tokens_per_step: float) -> float:
+    """Activation memory of a card whose engine steps up to ``tokens_per_step`` tokens
+    (``--max-num-batched-tokens``): the article's figure up to the step it sizes, in proportion to the tokens
+    above it (the engine sizes its activations by profiling one step of that many tokens).
+
+    .. math:: A(T) = A_0 \\max(1, T / T_0)
+
+    with :math:`A_0` = :data:`ACTIVATION_BYTES` and :math:`T_0` = :func:`activation_tokens`.
+    Source: V4 article §6.2 and §6.3 (2.0 GB on a P card stepping 4,096 tokens and on a D card stepping 60)."""
+    return ACTIVATION_BYTES * max(1.0, float(tokens_per_step) / activation_tokens())
+
+
+def step_tokens(activation_budget_bytes: float) -> int:
+    """The largest ``--max-num-batched-tokens`` whose activations (:func:`activation_bytes`) fit
+    ``activation_budget_bytes``; :func:`activation_tokens` when the budget is the article's figure or less."""
+    return int(activation_tokens() * max(1.0, float(activation_budget_bytes) / ACTIVATION_BYTES) + 1e-9)
 
 
 @dataclass(frozen=True)

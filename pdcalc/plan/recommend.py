@@ -205,7 +205,8 @@ class Recommendation(RecommendationText, RecommendationTables):
         (:func:`colocated_script`), else both roles of the split (:func:`launch_script`); the reason when
         nothing fits."""
         if self.colocated_wins:
-            return colocated_script(self.setup, self.workload, self.aggregated, model_path)
+            per_node = self.launch[0].cards_per_node if self.launch else None
+            return colocated_script(self.setup, self.workload, self.aggregated, model_path, per_node)
         return launch_script(*self.launch, model_path) if self.fits else f"# {self.reason}"
 
 
