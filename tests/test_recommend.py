@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import shlex
 
 import pytest
 
@@ -162,8 +163,9 @@ def test_launch_settings_multiply_out_to_the_split(case, request):
     assert d.max_num_seqs * ranks >= b["concurrency"] - 1e-9
     assert d.max_num_seqs <= b["kv_capacity_seqs"] / ranks
     assert d.max_num_batched_tokens == d.max_num_seqs * (1 + d.speculative_tokens)
-    # P: one whole prompt per step, as the throughput model assumes; context = prompt + output
-    assert p.max_num_batched_tokens == rec.workload.prompt_tokens
+    # P: the step whose activations the P card books (prompts prefilled in chunks of it); context = prompt + output
+    assert p.max_num_batched_tokens == launch_mod.p_step_tokens(rec.setup)
+    assert p.activation_bytes <= rec.setup.p_overhead_bytes
     assert p.max_model_len == d.max_model_len == rec.workload.prompt_tokens + rec.workload.output_tokens
     assert p.gpu_memory_utilization == d.gpu_memory_utilization == rec.setup.utilization
     assert p.nodes_per_instance * p.cards_per_node >= p.expert_parallel_size
@@ -174,12 +176,12 @@ def test_launch_script_is_copyable_and_says_what_the_settings_say(v4):
     assert text.isascii() and "\u2013" not in text
     p, d = v4.launch
     serves = text.split("vllm serve")[1:]
-    assert len(serves) == 2
+    assert len(serves) == 2                    # one run_dp_template.sh per role
     for x, block in zip((p, d), serves):
-        assert f"--data-parallel-size {x.data_parallel_size} " in block
-        assert f"--tensor-parallel-size {x.tensor_parallel_size} " in block
+        assert f"--dp-size {x.data_parallel_size} --tp-size {x.tensor_parallel_size} " in text
         assert "--enable-expert-parallel" in block and f"--max-num-seqs {x.max_num_seqs} " in block
-        kv = json.loads(re.search(r"--kv-transfer-config '([^']+)'", block).group(1))
+        quoted = re.search(r"--kv-transfer-config ('.+?}}}')", block, re.S).group(1)
+        kv = json.loads(shlex.split(quoted)[0])
         assert kv["kv_connector"] == launch_mod.KV_CONNECTOR and kv["kv_role"] == x.kv_role
         assert kv["kv_connector_extra_config"]["decode"]["dp_size"] == d.data_parallel_size
     assert ("--speculative-config" in text) == v4.setup.mtp
@@ -377,10 +379,10 @@ def test_when_colocation_wins_the_answer_and_the_flags_are_the_colocated_layout(
         if rec.colocated_wins:
             assert rec.headline().startswith(f"run {aggregated_label(rec.aggregated)}")
             assert f"the best P/D split, {rec.label}" in rec.headline()
-            assert "--enable-chunked-prefill" in script and "--kv-transfer-config" not in script
+            assert "--data-parallel-size" in script and "--kv-transfer-config" not in script
             assert "co-located" in rec.launch_note()
         elif rec.fits:
             assert rec.headline().startswith(f"run {rec.label}")
-            assert "--kv-transfer-config" in script and "--enable-chunked-prefill" not in script
+            assert "--kv-transfer-config" in script and "--headless" not in script
         else:                              # nothing meets the targets: the result says which constraint fails
             assert rec.headline() == rec.reason and rec.reason.startswith("nothing fits")

@@ -247,7 +247,7 @@ def wrap_json(line: str, indent: str = "    ") -> list[str]:
     newlines stay inside the quotes, where JSON allows them)."""
     out, cur = [], ""
     for part in line.split(", "):
-        if cur and len(cur) + len(part) + 2 > WIDTH:
+        if cur and len(cur) + len(part) + 2 > WIDTH - 3:   # room for "," or " \\"
             out.append(cur + ",")
             cur = indent + part
         else:
@@ -457,9 +457,9 @@ def colocated_script(setup: Setup, work: Workload, row, model_path: str = "$MODE
         return f"# not launched: {exc}"
     names = node_names(ns)
     what = (f"{x.instances} x {x.expert_parallel_size} co-located (DP {x.data_parallel_size} x TP "
-            f"{x.tensor_parallel_size}, EP = DP x TP per instance) on {len(names)} node"
-            f"{'s' if len(names) > 1 else ''} of {cards_per_node} cards, prefill and decode on the same cards")
-    lines = _header(what, x.family, "vLLM's multi-node data parallelism, one API server per instance", names)
+            f"{x.tensor_parallel_size} = EP per instance) on {len(names)} node{'s' if len(names) > 1 else ''} "
+            f"of {cards_per_node} cards; P and D share the cards")
+    lines = _header(what, x.family, "multi-node data parallelism, one API server per instance", names)
     lines += [f"LOCAL_IP={tutorials()['shell']['local_ip']}"] + export_lines(_fam(x.family)["env"]["colocated"])
     per_instance = {i: sum(1 for n in ns if n.instance == i) for i in range(x.instances)}
     for n in ns:
