@@ -270,3 +270,17 @@ def test_chart_data_is_rounded():
     spec = charts.altair().Chart(df).mark_point().encode(x="x:Q", y="y:Q").to_dict()
     (values,) = spec["datasets"].values()
     assert [v["y"] for v in values] == [0.38, 12.35] and [v["x"] for v in values] == [1, 2]
+
+
+def test_ratio_chart_reads_its_axis_at_the_top_and_the_bottom():
+    """The validation chart is one row per measurement, taller than a screen: its ratio axis is drawn above
+    the first row and below the last, with the same ticks, and no other layer draws an x axis of its own."""
+    vlc = pytest.importorskip("vl_convert")
+    spec = charts.ratio_chart(_ratio_table(), "predicted / measured per measurement").to_dict()
+    vega = vlc.vegalite_to_vega(spec)
+    x_axes = [a for a in vega["axes"] if a["orient"] in ("top", "bottom") and not a.get("grid")]
+    assert sorted(a["orient"] for a in x_axes) == ["bottom", "top"]
+    assert all(a["values"] == list(charts.RATIO_TICKS) for a in x_axes)
+    svg = vlc.vegalite_to_svg(spec)
+    labels = re.findall(r'role-axis-label[^>]*>.*?</g>', svg, re.S)
+    assert len(labels) == 3  # top, bottom, and the measurement ids

@@ -632,7 +632,9 @@ def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] | None =
     open diamond joined to the published-cost prediction by a dotted line: before and after. ``df``:
     :func:`pdcalc.reality.validation.table`.
 
-    As wide as the book's column (:data:`pdcalc.book.charts.CHART_WIDTH`, the measurement ids included)."""
+    The chart is one row per measurement, taller than a screen: the ratio axis is drawn at the top and at
+    the bottom (:data:`RATIO_TICKS`), so that a reader at either end can read a point's ratio. As wide as the
+    book's column (:data:`pdcalc.book.charts.CHART_WIDTH`, the measurement ids included)."""
     from pdcalc.reality.bands import CHART_BAND, GROUPS
 
     alt = altair()
@@ -646,29 +648,41 @@ def ratio_chart(df: pd.DataFrame, title: str, band: tuple[float, float] | None =
     rank = {g: i for i, g in enumerate(dict.fromkeys(GROUPS.values()))}
     order = list(rows.assign(r=rows["group"].map(rank)).sort_values("r", kind="stable")["id"])
     scale = alt.Scale(type="log", domain=[0.25, 4], clamp=True)
+
+    def x(field: str, **kw):  # every layer on the one scale; only the two axis layers draw an axis
+        return alt.X(field, scale=scale, **({"axis": None} | kw))
+
     y = alt.Y("id:N", title=None, sort=order)
     color = alt.Color("group:N", title=None, legend=bottom_legend(4))
     shade = alt.Chart(pd.DataFrame({"lo": [band[0]], "hi": [band[1]]})).mark_rect(
-        color="lightgray", opacity=0.6).encode(x=alt.X("lo:Q", scale=scale), x2="hi:Q")
-    one = alt.Chart(pd.DataFrame({"x": [1.0]})).mark_rule(color="gray").encode(x=alt.X("x:Q", scale=scale))
+        color="lightgray", opacity=0.6).encode(x=x("lo:Q"), x2="hi:Q")
+    one = alt.Chart(pd.DataFrame({"x": [1.0]})).mark_rule(color="gray").encode(x=x("x:Q"))
+    top = alt.Chart(pd.DataFrame({"x": list(RATIO_TICKS)})).mark_rule(opacity=0).encode(
+        x=x("x:Q", title="predicted / measured (log scale)",
+            axis=alt.Axis(orient="top", values=list(RATIO_TICKS), format="~g")))
     rng = alt.Chart(rows).mark_rule(strokeWidth=5, opacity=0.45).encode(
-        x=alt.X("ratio_low:Q", scale=scale), x2="ratio_high:Q", y=y, color=color)
+        x=x("ratio_low:Q"), x2="ratio_high:Q", y=y, color=color)
     pts = alt.Chart(rows).mark_point(filled=True, size=80, opacity=1).encode(
-        x=alt.X("ratio:Q", title="predicted / measured (log scale)", scale=scale,
-                axis=alt.Axis(values=[0.25, 0.5, 0.8, 1, 1.25, 2, 4], format="~g")), y=y, color=color,
+        x=x("ratio:Q", title="predicted / measured (log scale)",
+            axis=alt.Axis(orient="bottom", values=list(RATIO_TICKS), format="~g")), y=y, color=color,
         tooltip=["id", "layout", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ratio_low:Q", format=".3f"),
                  alt.Tooltip("ratio_high:Q", format=".3f")])
-    layers = [shade, one, rng, pts]
+    layers = [shade, one, top, rng, pts]
     before = rows[rows["ratio_before"].notna()]
     if len(before):
         link = alt.Chart(before).mark_rule(strokeDash=[2, 2], opacity=0.7).encode(
-            x=alt.X("ratio_before:Q", scale=scale), x2="ratio:Q", y=y, color=color)
+            x=x("ratio_before:Q"), x2="ratio:Q", y=y, color=color)
         mark = alt.Chart(before).mark_point(shape="diamond", filled=False, size=70, opacity=1).encode(
-            x=alt.X("ratio_before:Q", scale=scale), y=y, color=color,
+            x=x("ratio_before:Q"), y=y, color=color,
             tooltip=["id", alt.Tooltip("ratio_before:Q", title="before (roofline)", format=".3f"),
                      alt.Tooltip("ratio:Q", title="after (published costs)", format=".3f")])
-        layers = [shade, one, link, rng, mark, pts]
-    return house_style(alt.layer(*layers).properties(height=alt.Step(22), title=title), label_limit=320)
+        layers = [shade, one, top, link, rng, mark, pts]
+    chart = alt.layer(*layers).resolve_axis(x="independent").properties(height=alt.Step(22), title=title)
+    return house_style(chart, label_limit=320)
+
+
+#: Ticks of the ratio axis of :func:`ratio_chart` (drawn at its top and bottom).
+RATIO_TICKS = (0.25, 0.5, 0.8, 1, 1.25, 2, 4)
 
 
 #: Height of the frontier chart's plot, pixels.
