@@ -186,19 +186,19 @@ def nodes(role: str, instances: int, dp: int, tp: int, cards_per_node: int) -> l
     if tp > cards_per_node:
         raise ValueError(f"TP {tp} spans nodes of {cards_per_node} cards: no tutorial launch covers it")
     per_node = cards_per_node // tp
-    out, size = [], dp * tp
+    out, size, prefix = [], dp * tp, "N" if role == "A" else role
     if size < cards_per_node:                        # several instances on one node
         slots = cards_per_node // size
         for i in range(instances):
-            name = f"{role if role != 'A' else 'N'}{i // slots}"
+            name = f"{prefix}{i // slots}"
             out.append(Node(role=role, name=name, instance=i, head=name, dp_start=0, dp_local=dp,
                             device_offset=(i % slots) * size, slot=i % slots))
         return out
     k = 0
     for i in range(instances):
-        head = f"{role if role != 'A' else 'N'}{k}"
+        head = f"{prefix}{k}"
         for start in range(0, dp, per_node):
-            out.append(Node(role=role, name=f"{role if role != 'A' else 'N'}{k}", instance=i, head=head,
+            out.append(Node(role=role, name=f"{prefix}{k}", instance=i, head=head,
                             dp_start=start, dp_local=min(per_node, dp - start), device_offset=0, slot=0))
             k += 1
     return out
