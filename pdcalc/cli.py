@@ -366,11 +366,13 @@ def cmd_plan(args) -> int:
     keys += [c for c in p.ranked.columns if c.endswith(("_low", "_high"))]
     rows = [{k: _clean(v) for k, v in r.items()}
             for r in p.ranked[keys].head(args.top).to_dict("records")]
+    from pdcalc.plan.objectives import answer_lines, out_of_reach_dict
     from pdcalc.plan.objectives import answers as objective_answers
 
     goals = objective_answers(p)
     out = {"model": args.model, "card": args.card, "cards": args.cards, "costs": args.costs,
            "objectives": {k: (None if a is None else a.as_dict()) for k, a in goals.items()},
+           "ttft_out_of_reach": out_of_reach_dict(p),
            "served_terms": ({"k_decode": setup.terms.k_decode, "k_prefill": setup.terms.k_prefill,
                              "host_ms": setup.terms.host_s * 1e3, "from": setup.terms.label}
                             if args.costs == "served" else None),
@@ -393,14 +395,8 @@ def cmd_plan(args) -> int:
           f"{out['aggregated_evaluated']:,} co-located options, {out['aggregated_feasible']:,} feasible")
     for k in ("TPOT", "TTFT"):
         print(f"  {k} target: {t.stated(k)} ({t.short_source(k)}{'; the source in --json' if t.short_source(k) != 'given' else ''})")
-    for name, a in goals.items():
-        if a is None:
-            print(f"  {name}: nothing meets the targets")
-            continue
-        print(f"  {name}: run {a.layout} on {a.cards:,} cards, {a.output_tokens_per_s:,.0f} output tokens/s "
-              f"({a.tokens_per_s_per_card:,.0f} per card) at {a.concurrency:,} sequences, TPOT "
-              f"{_sig(a.tpot_s * 1e3)} ms, TTFT {_sig(a.ttft_s * 1e3)} ms, binds {a.binds}"
-              + (f"; {a.rest}" if a.rest else ""))
+    for line in answer_lines(p):
+        print(f"  {line}")
     print(f"  {p.why}")
     if args.costs == "served":
         tm = setup.terms

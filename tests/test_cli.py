@@ -211,7 +211,7 @@ def test_plan_json_ranks_and_nothing_fits_is_a_result():
     assert small["aggregated"]["result"].startswith("nothing fits: the closest co-located layout")
 
 
-PLAN_KEYS = {"model", "card", "cards", "costs", "objectives", "served_terms", "ranges", "splits", "evaluated", "feasible", "result", "ranked", "evaluated_means",
+PLAN_KEYS = {"model", "card", "cards", "costs", "objectives", "ttft_out_of_reach", "served_terms", "ranges", "splits", "evaluated", "feasible", "result", "ranked", "evaluated_means",
              "aggregated_evaluated", "aggregated_feasible", "targets", "disaggregated", "aggregated", "winner", "why",
              "frontier_at_target", "frontier"}
 

@@ -53,3 +53,44 @@ def test_plan_json_names_each_answers_objective():
     assert set(d) == set(O.OBJECTIVES)
     for name, a in d.items():
         assert a["objective"] == name and a["cards"] <= 32
+
+
+@pytest.fixture(scope="module")
+def long_prompts():
+    """DeepSeek-V4-Flash on 910B2 with the V4 article's long prompts: one prompt takes longer than the default TTFT."""
+    from pdcalc.audit.answers import article_cases
+
+    return article_cases()["v4"].plan
+
+
+def test_an_out_of_reach_ttft_is_said_with_the_fastest_one_prompt_ttft(long_prompts):
+    from dataclasses import replace
+
+    from pdcalc.plan.workload import Targets
+
+    p = long_prompts
+    far = O.out_of_reach(p)
+    assert O.fixed_cluster(p) is None and far is not None and far.fastest_s > p.targets.ttft_s
+    # the fastest really is the fastest: one prompt at a time, nothing meets a target just under it, something just over
+    one = replace(p.workload, concurrency=1, rate_per_s=None)
+    quick = replace(p.setup, frontier_points=0)
+
+    def feasible(ttft_s):
+        q = plan(quick, one, targets=Targets(ttft_s=ttft_s, tpot_s=p.targets.tpot_s, ttft_source="t", tpot_source="t"))
+        return len(q.ranked) + len(q.aggregated_ranked)
+
+    assert feasible(far.fastest_s * 0.999) == 0 and feasible(far.fastest_s * 1.001) > 0
+    # the answers then come under TTFT_ROOM times it (rounded up), meet it, and say the missed target
+    assert O.TTFT_ROOM * far.fastest_s <= far.ttft_s <= 1.1 * O.TTFT_ROOM * far.fastest_s
+    a = O.fixed_cluster(far.plan)
+    assert a is not None and a.ttft_s <= far.ttft_s
+    text = O.short_answer(p)
+    assert O.seconds_text(p.targets.ttft_s) in text and O.seconds_text(far.ttft_s) in text and a.layout in text
+    table = O.answers_table(p)
+    assert table.loc[0, "objective"] == f"fixed cluster, TTFT at most {O.seconds_text(far.ttft_s)}"
+
+
+def test_a_reachable_ttft_is_answered_as_given(v3):
+    assert O.out_of_reach(v3) is None
+    a = O.fixed_cluster(v3)
+    assert O.short_answer(v3).startswith(f"run {a.layout} ({a.cards:,} cards)")

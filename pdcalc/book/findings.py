@@ -34,19 +34,7 @@ def answer_html(rec) -> str:
     if rec.plan is None:
         text = e(rec.headline()[:1].upper() + rec.headline()[1:]) + "."
     else:
-        goals = objectives.answers(rec.plan)
-        table = objectives.answers_table(rec.plan).set_index("objective")
-        parts = []
-        for name, lead in (("fixed cluster", f"For the most output from all {rec.setup.cards:,} cards"),
-                           ("fixed load", "For the article's load on the fewest cards")):
-            a = goals[name]
-            if a is None:
-                parts.append(f"{lead}, nothing on these cards meets the targets (the closest fails on "
-                             f"{table.loc[name, 'binds']})")
-                continue
-            parts.append(f"{lead}: run {a.layout} on {a.cards:,} cards, {a.output_tokens_per_s:,.0f} output tokens/s "
-                         f"({a.tokens_per_s_per_card:,.0f} per card), TPOT {1e3 * a.tpot_s:,.1f} ms, TTFT "
-                         f"{a.ttft_s:,.2f} s")
-        text = e(". ".join(parts)) + "."
+        text = e(objectives.short_answer(rec.plan, "the article's load")) + "."
+        text = text[:1].upper() + text[1:]
     return (f"<p><b>What to run instead.</b> {text} The ranges, the flags, the per-card memory and what limits each "
             f'answer are in <a href="what_to_run.html">What to run</a>.</p>')

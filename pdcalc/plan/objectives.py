@@ -13,19 +13,27 @@
 
 Each answer names its objective; under the served model its figures carry the plan's 80 % ranges
 (:func:`pdcalc.plan.search.range_factors`).
+
+When not one prompt reaches the TTFT target on any layout (a long prompt on a slow card), "nothing meets the
+targets" answers nothing. :func:`out_of_reach` then says how fast the fastest layout serves one prompt on an idle
+cluster, and gives both answers again under a TTFT target of :data:`TTFT_ROOM` times that: room for a prompt to
+wait about one prefill in the queue. The missed target stays in the answer's words.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
 from pdcalc.plan.labels import option_label
-from pdcalc.plan.search import Plan, range_factors
+from pdcalc.plan.search import Plan, plan, range_factors
+from pdcalc.plan.workload import Targets
 
 OBJECTIVES = ("fixed cluster", "fixed load")
+#: The TTFT target an out-of-reach answer is given under, in units of the fastest TTFT of one prompt.
+TTFT_ROOM = 2.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,56 @@ def answers(p: Plan) -> dict[str, Answer | None]:
     return {"fixed cluster": fixed_cluster(p), "fixed load": fixed_load(p)}
 
 
+@dataclass(frozen=True)
+class OutOfReach:
+    """The TTFT target is out of reach: the fastest TTFT of one prompt, where, and the plan under a TTFT target of
+    :data:`TTFT_ROOM` times it (``plan``; the TPOT target kept)."""
+
+    target_s: float
+    fastest_s: float
+    fastest_option: str
+    plan: Plan
+
+    @property
+    def ttft_s(self) -> float:
+        return self.plan.targets.ttft_s
+
+    def sentence(self) -> str:
+        return (f"no layout serves one prompt within the TTFT target of {seconds_text(self.target_s)}: the fastest, "
+                f"{self.fastest_option}, takes {seconds_text(self.fastest_s)} on an idle cluster; under a TTFT target "
+                f"of {seconds_text(self.ttft_s)} ({TTFT_ROOM:g} times that)")
+
+
+def out_of_reach(p: Plan) -> OutOfReach | None:
+    """None unless the plan has a TTFT target that no layout meets even for one prompt at a time; else the
+    fastest TTFT of one prompt (every other target and limit met, one sequence in flight) and the plan
+    re-run under a TTFT target of :data:`TTFT_ROOM` times it, rounded up to two significant figures."""
+    tg = p.targets
+    if tg.ttft_s is None or fixed_cluster(p) is not None:
+        return None
+    one = plan(replace(p.setup, frontier_points=0), replace(p.workload, concurrency=1, rate_per_s=None), targets=tg)
+    rows = []
+    for mode, df in (("disaggregated", one.candidates), ("aggregated", one.aggregated)):
+        if df is None or df.empty:
+            continue
+        others = [c for c in df.columns if c.startswith("slack: ") and c != "slack: TTFT"]
+        ok = df[(df[others] >= 0).all(axis=1) & df["ttft_s"].map(math.isfinite)]
+        rows += [(float(r["ttft_s"]), option_label(r, mode)) for _, r in ok.iterrows()]
+    if not rows:
+        return None
+    fastest, option = min(rows)
+    if fastest <= tg.ttft_s:
+        return None
+    room = TTFT_ROOM * fastest
+    step = 10 ** (math.floor(math.log10(room)) - 1)
+    room = math.ceil(room / step) * step
+    source = (f"{TTFT_ROOM:g} x the fastest TTFT of one prompt ({seconds_text(fastest)}, {option}): "
+              f"{tg.stated('TTFT')} ({tg.short_source('TTFT')}) is out of reach")
+    relaxed = plan(p.setup, p.workload, targets=Targets(ttft_s=room, tpot_s=tg.tpot_s, ttft_source=source,
+                                                          tpot_source=tg.tpot_source))
+    return OutOfReach(target_s=tg.ttft_s, fastest_s=fastest, fastest_option=option, plan=relaxed)
+
+
 def answers_table(p: Plan) -> pd.DataFrame:
     """The two answers as a small table: objective, layout, cards, TTFT, TPOT and output per card (each with its
     likely range under the served model), output in all, what binds."""
@@ -126,7 +184,12 @@ def answers_table(p: Plan) -> pd.DataFrame:
         return f"{_fmt(x)} ({_fmt(x * lo)} to {_fmt(x * hi)})"
 
     out = []
-    for name, a in answers(p).items():
+    goals = answers(p)
+    far = out_of_reach(p) if goals["fixed cluster"] is None else None
+    far_goals = answers(far.plan) if far is not None else {}
+    for name, a in goals.items():
+        if a is None and far_goals.get(name) is not None:
+            a, name = far_goals[name], f"{name}, TTFT at most {seconds_text(far.ttft_s)}"
         if a is None:
             out.append({"objective": name, "layout": "nothing meets the targets", "binds": _failing(p, name)})
             continue
@@ -148,6 +211,64 @@ def _failing(p: Plan, objective: str) -> str:
             return str(f.sort_values("tokens_per_s_per_card", ascending=False).iloc[0]["binding"])
     m = re.search(r"fails on ([^:]+):", p.reason or "")
     return m.group(1) if m else ""
+
+
+def answer_lines(p: Plan) -> list[str]:
+    """Both answers as ``pdcalc plan`` prints them, one line each, with the out-of-reach TTFT where it applies."""
+    goals = answers(p)
+    far = out_of_reach(p) if goals["fixed cluster"] is None else None
+    lines = []
+    if far is not None:
+        lines.append(f"{far.sentence()[:1].upper()}{far.sentence()[1:]}:")
+        goals = {k: a if a is not None else answers(far.plan)[k] for k, a in goals.items()}
+    for name, a in goals.items():
+        if a is None:
+            fails = _failing(far.plan if far is not None else p, name)
+            lines.append(f"{name}: nothing meets the targets" + (f" (the closest fails on {fails})" if fails else ""))
+            continue
+        lines.append(f"{name}: run {a.layout} on {a.cards:,} cards, {a.output_tokens_per_s:,.0f} output tokens/s "
+                     f"({a.tokens_per_s_per_card:,.0f} per card) at {a.concurrency:,} sequences, TPOT "
+                     f"{_fmt(a.tpot_s * 1e3)} ms, TTFT {seconds_text(a.ttft_s)}, binds {a.binds}"
+                     + (f"; {a.rest}" if a.rest else ""))
+    return lines
+
+
+def short_answer(p: Plan, load_name: str = "the given load") -> str:
+    """Both answers in one short sentence (the details are in :func:`answers_table`): what to run on the whole
+    cluster and, where it differs, for the given load on the fewest cards; or why nothing meets the targets."""
+    goals = answers(p)
+    lead = ""
+    far = out_of_reach(p) if goals["fixed cluster"] is None else None
+    if far is not None:
+        lead = (f"no layout serves one prompt within {seconds_text(far.target_s)} (the fastest takes "
+                f"{seconds_text(far.fastest_s)}); with TTFT at most {seconds_text(far.ttft_s)}, ")
+        goals = {k: a if a is not None else answers(far.plan)[k] for k, a in goals.items()}
+    whole, load = goals["fixed cluster"], goals["fixed load"]
+    if whole is None:
+        return f"nothing meets the targets (the closest fails on {_failing(p, 'fixed cluster')})"
+    text = (f"{lead}run {whole.layout} ({whole.cards:,} cards): {whole.output_tokens_per_s:,.0f} output tokens/s, "
+            f"TPOT {_fmt(1e3 * whole.tpot_s)} ms, TTFT {seconds_text(whole.ttft_s)}")
+    if load is None:
+        return text + f"; {load_name} fits on no layout (the closest fails on {_failing(far.plan if far else p, 'fixed load')})"
+    if (load.layout, load.cards) != (whole.layout, whole.cards):
+        return text + f"; {load_name} needs only {load.cards:,} cards ({load.layout})"
+    return text + f"; {load_name} needs all of it"
+
+
+def out_of_reach_dict(p: Plan) -> dict | None:
+    """:func:`out_of_reach` for ``pdcalc plan --json``: the missed target, the fastest TTFT of one prompt and where,
+    the TTFT target the answers are then given under, and those answers."""
+    far = out_of_reach(p)
+    if far is None:
+        return None
+    return {"ttft_target_s": far.target_s, "fastest_ttft_s": far.fastest_s, "fastest_option": far.fastest_option,
+            "answered_under_ttft_s": far.ttft_s, "why": far.plan.targets.ttft_source,
+            "objectives": {k: (None if a is None else a.as_dict()) for k, a in answers(far.plan).items()}}
+
+
+def seconds_text(x: float) -> str:
+    """A time in seconds as the answers print it: "44 s", "1.78 s"."""
+    return f"{_fmt(x)} s"
 
 
 def _fmt(x: float) -> str:
