@@ -263,12 +263,22 @@ class RecommendationText:
         """What the launch settings (:meth:`script`) are, in Markdown: the co-located layout's flags when it wins,
         else both roles of the split."""
         if self.colocated_wins:
-            return ("The co-located layout wins here, so one `vllm serve` per instance serves prefill and decode "
-                    "on the same cards, with chunked prefill and no KV transfer; `--enable-expert-parallel` makes the "
-                    "instance one EP group of DP x TP cards, `--max-num-seqs` is its sequences in flight per DP rank "
-                    "and `--max-num-batched-tokens` one token per sequence plus the MTP draft's, plus the prompt "
-                    "chunk the planner admits per step:")
-        return ("The flags of each role for `vllm serve`, the same on every DP rank of every instance of that role (the\ntutorial's `launch_online_dp.py` starts the ranks of a node); `--enable-expert-parallel` makes each instance one EP\ngroup of DP x TP cards, and the KV connector is the tutorial's, the P side producing and the D side consuming. The\nD side's `--max-num-seqs` is its sequences in flight per DP rank (within the rank's KV capacity) and its\n`--max-num-batched-tokens` one token per sequence plus the MTP draft's, as the tutorial sets them; the P side takes\none whole prompt per step, as the throughput model assumes, and holds as many prompts as its KV room while they wait\nfor the transfer:")
+            return ("The co-located layout wins here, so prefill and decode share the cards and no KV moves. As the "
+                    "engine's multi-node data-parallel tutorial runs it, each node of an instance starts one `vllm "
+                    "serve` with its own DP ranks: the first serves the API, the others run `--headless` from their "
+                    "`--data-parallel-start-rank`; `--enable-expert-parallel` makes the instance one EP group of DP x "
+                    "TP cards, `--max-num-seqs` is its sequences in flight per DP rank and `--max-num-batched-tokens` "
+                    "one token per sequence plus the MTP draft's, plus the prompt chunk the planner admits per step. "
+                    "Export the variables named in the first lines on every node:")
+        return ("As the engine's DeepSeek tutorial deploys a P/D split: each role's `run_dp_template.sh` (the "
+                "tutorial's environment and one `vllm serve` per DP rank, P eager, D with its decode graph), one "
+                "`launch_online_dp.py` line per node with its first DP rank, and the proxy in front that lists every "
+                "rank. `--enable-expert-parallel` makes each instance one EP group of DP x TP cards, and the KV "
+                "connector is the tutorial's, the P side producing and the D side consuming. The D side's "
+                "`--max-num-seqs` is its sequences in flight per DP rank (within the rank's KV capacity) and its "
+                "`--max-num-batched-tokens` one token per sequence plus the MTP draft's; the P side's token budget is "
+                "the largest step whose activations fit what a P card books, so a long prompt is prefilled in chunks "
+                "of it. Export the variables named in the first lines on every node:")
 
 
 class RecommendationTables:
