@@ -64,20 +64,36 @@ def _v3_comm_corrected():
     return f"{v3_deploy.matched_comm_share(8):.1f}% communication at TP8 with the same tokens on both sides"
 
 
-def _v3_comm_real():
+def v3_tp8_comm_share(phase: str = "prefill") -> float:
+    """The book's one definition of the V3 TP8 communication figure: the all-reduce's share of a layer's time,
+    all-reduce / (all-reduce + compute), %, for the same tokens on both sides (pdcalc's step model, 910B2, HCCS,
+    the article's target context and concurrency); the article's own basis is in pdcalc.audit.v3_tp."""
     from pdcalc.perf.step import layer_times
 
     compute, ar = layer_times("deepseek-v3", "ascend-910b2", tp=8, context=printed_value("v3-1.2-target-context"),
-                              concurrency=printed_value("v3-1.2-target-concurrency"), phase="prefill")
-    return f"all-reduce / compute per layer = {ar / compute:.2f} in prefill at TP8 (HCCS)"
+                              concurrency=printed_value("v3-1.2-target-concurrency"), phase=phase)
+    return 100 * ar / (ar + compute)
+
+
+def _v3_comm_real():
+    return (f"the all-reduce is {v3_tp8_comm_share('prefill'):.0f}% of a layer's time in prefill and "
+            f"{v3_tp8_comm_share('decode'):.0f}% in decode at TP8 (HCCS, same tokens)")
+
+
+def v4_kv_phrase(context: int | None = None) -> str:
+    """The book's one statement of DeepSeek-V4-Flash's real KV cache (vllm-ascend, 910B): the slope per token plus
+    the fixed part per sequence, and the average per token at ``context`` (default: the article's scenario B)."""
+    from pdcalc.core.units import KB, MB
+    from pdcalc.model.kv_cache import kv_bytes
+
+    n = printed_value("v4-6.3-b-ctx") if context is None else context
+    r = kv_bytes("deepseek-v4-flash", n, "vllm-ascend")
+    return (f"{r.per_token_bytes_asymptotic / KB:.2f} KB per token plus {r.fixed_bytes / MB:.1f} MB per sequence "
+            f"({r.per_token_bytes_average / KB:.2f} KB per token on average at {n:,} tokens; vllm-ascend, 910B)")
 
 
 def _v4_kv_real():
-    from pdcalc.model.kv_cache import kv_bytes
-
-    r = kv_bytes("deepseek-v4-flash", printed_value("v4-6.3-b-ctx"), "vllm-ascend")
-    return (f"{r.per_token_bytes_average / 1000:.2f} KB per token on average at "
-            f"{printed_value('v4-6.3-b-ctx'):,} tokens (vllm-ascend, 910B)")
+    return v4_kv_phrase()
 
 
 def _v4_kv_changes():
