@@ -245,7 +245,10 @@ def test_recommended_cards_fit_and_memory_parts_add_up(case, request):
     for c in (rec.p_card, rec.d_card):
         assert c.fits and c.free_bytes == pytest.approx(c.usable_bytes - sum(c.parts.values()))
     mem = rec.memory().set_index("per card")
-    for col, c in (("P card (GiB)", rec.p_card), ("D card (GiB)", rec.d_card)):
+    cards = ((("co-located card (GiB)", labels_mod.aggregated_card_plan(rec.setup, rec.workload, rec.aggregated)),)
+             if rec.colocated_wins else (("P card (GiB)", rec.p_card), ("D card (GiB)", rec.d_card)))
+    assert list(mem.columns) == [col for col, _ in cards]
+    for col, c in cards:
         parts = mem.loc[["weights", "KV cache in use", "activations and framework", "headroom"], col].sum()
         assert parts == pytest.approx(c.usable_bytes / GiB, abs=0.02)     # four parts rounded to 0.01 GiB
 

@@ -135,6 +135,15 @@ CONSTRAINT_TEXT = {"P memory": "the memory of a P card", "D memory": "the memory
          "TTFT": "the TTFT target", "TPOT": "the TPOT target", "memory": "the memory of a card"}
 
 
+def colocated_why(label: str, limits: pd.DataFrame) -> str:
+    """Why a co-located layout is recommended, with its tightest constraint (``limits``: tightest first)."""
+    text = f"{label} gives the most output tokens per second per card of every split and co-located layout evaluated"
+    if not len(limits):
+        return text + "."
+    first = limits.iloc[0]
+    return text + f"; what limits it first is {first['what it is']}, {first['slack (%)']:.0f}% from its limit."
+
+
 def latency(seconds) -> str:
     """A latency as a reader reads it: ms below a second, else s; "unbounded" for a saturated prefill."""
     if seconds is None or not math.isfinite(float(seconds)):
@@ -170,7 +179,9 @@ class RecommendationText:
     read as attributes)."""
 
     def why(self) -> str:
-        """One sentence: why this split (or the shortfall when nothing fits)."""
+        """One sentence: why this split or co-located layout (or the shortfall when nothing fits)."""
+        if self.colocated_wins:
+            return colocated_why(aggregated_label(self.aggregated), self.limits())
         if not self.fits:
             return self.reason
         n = self.feasible
@@ -251,6 +262,9 @@ class RecommendationText:
         return text + "; the table lists every constraint with its slack."
     def weights_note(self) -> str:
         """Where each side's weights come from (no final period)."""
+        if self.colocated_wins:
+            return (f"The co-located layout wins, so the card shown is one of its {int(self.aggregated['size'])}-card "
+                    "instances: its weights, its rank's sequences' KV cache plus a prompt's, the larger overhead")
         if not self.fits:
             return "No card to show: nothing fits"
         parts = []
@@ -304,12 +318,15 @@ class RecommendationTables:
         return df
 
     def memory(self) -> pd.DataFrame:
-        """One P card and one D card of the recommended split, in GiB (empty when nothing fits)."""
-        if not self.fits:
+        """One P card and one D card of the recommended split, or one card of the co-located layout when that wins,
+        in GiB (empty when nothing fits)."""
+        if not self.fits and not self.colocated_wins:
             return pd.DataFrame()
         names = {"weights": "weights", "kv_cache": "KV cache in use", "overhead": "activations and framework"}
         rows = {}
-        for col, plan_ in (("P card (GiB)", self.p_card), ("D card (GiB)", self.d_card)):
+        cards = ((("co-located card (GiB)", aggregated_card_plan(self.setup, self.workload, self.aggregated)),)
+                 if self.colocated_wins else (("P card (GiB)", self.p_card), ("D card (GiB)", self.d_card)))
+        for col, plan_ in cards:
             vals = {names[k]: v / GiB for k, v in plan_.parts.items()}
             vals["headroom"] = plan_.free_bytes / GiB
             vals["usable (utilization x visible memory)"] = plan_.usable_bytes / GiB
@@ -319,9 +336,11 @@ class RecommendationTables:
         return df.reset_index()
 
     def limits(self) -> pd.DataFrame:
-        """Every constraint of the recommended split with its relative slack, the tightest first."""
-        if not self.fits:
+        """Every constraint of the recommendation (the split, or the co-located layout when that wins) with its
+        relative slack, the tightest first."""
+        if not self.fits and not self.colocated_wins:
             return pd.DataFrame()
-        rows = [{"constraint": k, "slack (%)": round(100 * float(self.best[f"slack: {k}"]), 1),
-                 "what it is": constraint_text(k)} for k in CONSTRAINTS if math.isfinite(float(self.best[f"slack: {k}"]))]
+        row, names = (self.aggregated, AGG_CONSTRAINTS) if self.colocated_wins else (self.best, CONSTRAINTS)
+        rows = [{"constraint": k, "slack (%)": round(100 * float(row[f"slack: {k}"]), 1),
+                 "what it is": constraint_text(k)} for k in names if math.isfinite(float(row[f"slack: {k}"]))]
         return pd.DataFrame(rows).sort_values("slack (%)", kind="stable").reset_index(drop=True)
