@@ -376,3 +376,36 @@ def test_what_to_run_takes_a_card_with_a_scheme_it_can_run():
     from pdcalc.book.validators import validate
 
     assert validate("what_to_run", {"card": "h200", "quant": "fp8"}) == {"card": "h200", "quant": "fp8"}
+
+
+# -- the size of a plan: flags each within bounds, together too large ----------------------------
+def test_a_plan_too_large_together_is_refused_up_front():
+    from pdcalc.plan.search import MAX_EVALUATED, MAX_FRONTIER_WORK, plan_size
+    from pdcalc.plan.workload import Setup
+
+    tps = ["1", "2", "4", "8", "16", "32", "64"]
+    line = assert_refused(run_cli(*PLAN, "--cards", "65536", "--tp", *tps, "--frontier-points", "256",
+                                  "--concurrency", "122880"), "--cards", "--tp", f"{MAX_EVALUATED:,}")
+    size = plan_size(Setup(cards=65536, tp_options=tuple(map(int, tps)), frontier_points=256))
+    assert f"{size['evaluated']:,}" in line and size["evaluated"] > MAX_EVALUATED
+    # the frontier alone: the largest number of points these cards allow is stated, and accepted
+    per_level = plan_size(Setup(cards=8192, frontier_points=1))["per_level"]
+    most = MAX_FRONTIER_WORK // per_level
+    assert_refused(run_cli(*PLAN, "--cards", "8192", "--frontier-points", str(most + 1), "--concurrency", "64"),
+                   "--frontier-points", f"at most {most} points")
+    ok = assert_clean(run_cli(*PLAN, "--cards", "8192", "--frontier-points", str(most), "--concurrency", "64", "--json"))
+    assert ok.code == 0 and len(ok.json["frontier"]) > 0
+    # a chapter re-run is held to the same bound
+    assert_refused(run_cli("rerun", "plan", "-p", "cards", "65536", "-o", "/nonexistent/never-written"),
+                   "parameter 'cards'", f"{MAX_EVALUATED:,}")
+
+
+@pytest.mark.parametrize("cards, tps, aggregated", [(16, (1,), True), (64, (1, 2), True), (48, (1, 4), False),
+                                                    (256, (2,), True)])
+def test_the_plan_size_is_what_the_plan_evaluates(cards, tps, aggregated):
+    from pdcalc.plan.search import plan, plan_size
+    from pdcalc.plan.workload import Setup, Workload
+
+    setup = Setup(cards=cards, tp_options=tps, aggregated=aggregated, frontier_points=0, costs="roofline")
+    p = plan(setup, Workload(prompt_tokens=4096, output_tokens=1024, concurrency=64))
+    assert plan_size(setup)["evaluated"] == p.evaluated + p.aggregated_evaluated > 0

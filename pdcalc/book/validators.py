@@ -526,6 +526,20 @@ def _v3_layouts(values: dict, chapter: str) -> str | None:
     return None
 
 
+def _plan_size(values: dict, chapter: str) -> str | None:
+    """A chapter's plan no larger than the command line's (:func:`pdcalc.plan.search.check_plan_size`)."""
+    from pdcalc.plan.search import check_plan_size
+    from pdcalc.plan.workload import Setup
+
+    setup = Setup(model=values["model"], quant=values.get("quant"), card=values["card"], cards=values["cards"],
+                  tp_options=tuple(values["tp_options"]))
+    try:
+        check_plan_size(setup)
+    except checks.InputError as exc:
+        return str(exc).removeprefix(f"{exc.name}: ")
+    return None
+
+
 class CrossCheck(NamedTuple):
     """A rule over several parameters (see :data:`CROSS_CHECKS`)."""
 
@@ -541,6 +555,7 @@ CROSS_CHECKS: tuple[CrossCheck, ...] = (
     CrossCheck(("rate_per_s", "concurrency"), None, _rate_or_concurrency),
     CrossCheck(("output_tokens", "context"), None, _output_below_context),
     CrossCheck(("model",), ("v3_throughput",), _v3_layouts),
+    CrossCheck(("cards", "tp_options", "model", "card"), ("plan", "what_to_run"), _plan_size),
     *(CrossCheck((need.card,) + ((need.quant,) if need.quant else ()), (chapter,),
                  lambda values, ch, need=need: _compute_problem(need, values, ch))
       for chapter, needs in COMPUTE_NEEDS.items() for need in needs),

@@ -287,6 +287,7 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
     without the FLOP/s of the compute dtype raises :class:`pdcalc.core.errors.LayoutError` before anything is
     evaluated."""
     t0 = time.perf_counter()
+    check_plan_size(setup)
     check_card_dtypes(setup)
     tg = resolve_targets(work, targets)
     work = replace(work, ttft_s=tg.ttft_s, tpot_s=tg.tpot_s)
@@ -319,6 +320,57 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
     winner, why = _winner(result)
     front = frontier(setup, work, targets=tg, lay=lay) if setup.frontier_points else None
     return replace(result, winner=winner, why=why, frontier=front, seconds=time.perf_counter() - t0)
+
+
+#: Most candidates :func:`plan` evaluates (the disaggregated splits plus the co-located ``(layout, n)``), and
+#: most frontier entries (levels x the D and co-located ``(layout, n)`` each level steps through). Every row
+#: costs memory and time in the plan's tables, so together these keep any accepted plan to seconds and well
+#: under 1 GiB: near the bounds ``pdcalc plan`` peaks at about 0.35 GiB and takes under 10 s on one core,
+#: where 65,536 cards with seven TP degrees and 256 frontier points took 3 GiB and over two minutes.
+MAX_EVALUATED = 500_000
+MAX_FRONTIER_WORK = 8_000_000
+
+
+def plan_size(setup: Setup) -> dict[str, int]:
+    """What :func:`plan` will evaluate, counted from the setup alone (no step is computed): ``evaluated``, the
+    disaggregated splits (one per P layout, D layout and ``n_d``) plus the co-located ``(layout, n)``;
+    ``per_level``, the D and co-located ``(layout, n)`` each frontier level steps through; ``frontier``, that
+    times :attr:`Setup.frontier_points`. The layouts are those :func:`pdcalc.plan.roles.layouts` builds."""
+    from pdcalc.plan.roles import instance_sizes
+
+    n_experts = get_inventory(setup.model).n_routed_experts
+    C = setup.cards
+    split, whole = instance_sizes(setup, n_experts), instance_sizes(setup, n_experts, whole=True)
+    good = {t: not layout_tp_problem(setup, t) for t in set(setup.p_tps) | set(setup.d_tps)}
+
+    def sizes(candidates, tps):
+        return [s for s in candidates for t in tps if s % t == 0 and good[t]]
+
+    p, d = sizes(split, setup.p_tps), sizes(split, setup.d_tps)
+    a = sizes(whole, setup.a_tps) if setup.aggregated else []
+    agg = sum(C // s for s in a)
+    splits = sum(max((C - sp) // sd, 0) for sp in p for sd in d)
+    per_level = sum(C // s for s in d) + agg
+    return {"evaluated": splits + agg, "per_level": per_level, "frontier": per_level * setup.frontier_points}
+
+
+def check_plan_size(setup: Setup) -> None:
+    """Refuse, with one line naming the flags (and the chapter parameters) to change, a plan larger than
+    :data:`MAX_EVALUATED` candidates or :data:`MAX_FRONTIER_WORK` frontier entries (:func:`plan_size`)."""
+    from pdcalc.core.checks import InputError
+
+    size = plan_size(setup)
+    tps = ", ".join(map(str, setup.a_tps))
+    if size["evaluated"] > MAX_EVALUATED:
+        raise InputError("--cards", f"{setup.cards:,} cards with TP degrees {tps} (--tp, --p-tp, --d-tp; the chapter "
+                         f"parameters cards and tp_options) make {size['evaluated']:,} candidates to evaluate (P/D "
+                         f"splits and co-located layouts); at most {MAX_EVALUATED:,}: give fewer cards or TP degrees")
+    if size["frontier"] > MAX_FRONTIER_WORK:
+        most = MAX_FRONTIER_WORK // max(size["per_level"], 1)
+        raise InputError("--frontier-points", f"{setup.frontier_points} levels x {size['per_level']:,} layouts per "
+                         f"level ({setup.cards:,} cards, TP degrees {tps}) is {size['frontier']:,} frontier entries; "
+                         f"at most {MAX_FRONTIER_WORK:,}: with these cards and TP degrees, at most {most} points "
+                         f"(--frontier-points; 0: no frontier)")
 
 
 def check_card_dtypes(setup: Setup) -> None:
