@@ -409,3 +409,29 @@ def test_the_plan_size_is_what_the_plan_evaluates(cards, tps, aggregated):
     setup = Setup(cards=cards, tp_options=tps, aggregated=aggregated, frontier_points=0, costs="roofline")
     p = plan(setup, Workload(prompt_tokens=4096, output_tokens=1024, concurrency=64))
     assert plan_size(setup)["evaluated"] == p.evaluated + p.aggregated_evaluated > 0
+
+
+# -- DeepSeek's inference configs: errors name the fields as the file names them ------------------
+def inference_config() -> dict:
+    path = resources.files("pdcalc").joinpath("data", "models", "deepseek_v3_inference_config_671B.json")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("change, named, absent", [
+    ({"n_activated_experts": 1000}, ["'n_activated_experts'", "n_routed_experts"], ["num_experts_per_tok"]),
+    ({"n_limited_groups": 100}, ["'n_limited_groups'", "n_expert_groups"], ["topk_group", "n_group="]),
+    ({"n_dense_layers": 1000}, ["'n_dense_layers'", "n_layers"], ["first_k_dense_replace", "num_hidden_layers"]),
+    ({"dim": "7168"}, ["'dim'"], ["hidden_size"]),
+    ({"n_expert_groups": None}, ["'n_limited_groups'", "leaves out n_expert_groups"], ["topk_group", "n_group="]),
+])
+def test_inference_config_errors_name_the_files_own_fields(write, change, named, absent):
+    cfg = inference_config()
+    for key, value in change.items():
+        if value is None:
+            del cfg[key]
+        else:
+            cfg[key] = value
+    path = write(f"inference/{next(iter(change))}/config.json", json.dumps(cfg))
+    for args in (("params", path, "--json"), ("memory", path, *MEM)):
+        line = assert_refused(run_cli(*args), path, *named)
+        assert not any(a in line for a in absent), line

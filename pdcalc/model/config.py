@@ -511,13 +511,38 @@ def from_inference_config(data: dict, source: str) -> dict:
     return out
 
 
+def _as_inference_error(exc: ConfigError, data: dict) -> ConfigError:
+    """``exc`` (raised on the ``config.json`` fields an inference config was read as) naming the fields as the
+    inference config names them (``n_activated_experts``, not ``num_experts_per_tok``); a field the file leaves
+    out is said to be the reference ``ModelArgs`` default."""
+    import re
+
+    names = {hf: own for own, hf in INFERENCE_FIELDS.items() if own != hf}
+    names.update(num_key_value_heads="n_heads (the key/value heads of MLA: one per query head)")
+
+    def own(text: str) -> str:
+        return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: names[m.group(1)], text)
+
+    field = None if exc.field is None else own(exc.field)
+    message = own(exc.message)
+    named = set(re.findall(r"\w+", f"{field or ''} {message}"))
+    absent = [k for k in INFERENCE_DEFAULTS if k in named and k not in data]
+    if absent:
+        message += "; the file leaves out " + ", ".join(f"{k} (the reference ModelArgs default: "
+                                                       f"{INFERENCE_DEFAULTS[k]!r})" for k in absent)
+    return ConfigError(exc.source, field, message)
+
+
 def config_from_dict(data: dict, *, name: str, source: str) -> ModelConfig:
     """Build a :class:`ModelConfig` from a parsed ``config.json`` mapping."""
     if not isinstance(data, dict):
         raise ConfigError(source, None, "expected a JSON object ({...}) at the top level, "
                           f"got {type(data).__name__} {checks.show(data)}")
     if is_inference_config(data):
-        data = from_inference_config(data, source)
+        try:
+            return config_from_dict(from_inference_config(data, source), name=name, source=source)
+        except ConfigError as exc:
+            raise _as_inference_error(exc, data) from None
     if "model_type" not in data:
         raise ConfigError(source, "model_type", "missing")
     known = {k: v for k, v in data.items() if k in _FIELDS}
