@@ -3,6 +3,7 @@ figures the landing page states are the ones the chapters that derive them state
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -22,7 +23,9 @@ def _glued() -> dict[str, dict[str, str]]:
             for o in cell.get("outputs", []):
                 sc = o.get("metadata", {}).get("scrapbook")
                 if sc:
-                    text = o["data"].get(sc.get("mime_prefix", "") + "text/plain")
+                    pre = sc.get("mime_prefix", "")
+                    data = o["data"]
+                    text = data.get(pre + "text/markdown", data.get(pre + "text/html", data.get(pre + "text/plain")))
                     out.setdefault(sc["name"], {})[nb.stem] = text
     return out
 
@@ -33,8 +36,8 @@ GLUED = _glued()
 def _chapter_text(stem: str) -> str:
     """Every output of a committed chapter as text (tags stripped)."""
     cells = json.loads((BOOK / f"{stem}.ipynb").read_text())["cells"]
-    raw = " ".join(json.dumps(o.get("data", {})) for c in cells for o in c.get("outputs", []))
-    return re.sub(r"<[^>]+>", "", raw)
+    raw = " ".join(json.dumps(o.get("data", {}), ensure_ascii=False) for c in cells for o in c.get("outputs", []))
+    return html.unescape(re.sub(r"<[^>]+>", "", raw))
 
 
 @pytest.mark.parametrize("name", sorted(n for n, pages in GLUED.items() if len(pages) > 1 and n not in PAGE_LOCAL))
