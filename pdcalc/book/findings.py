@@ -28,13 +28,16 @@ def answer_html(rec) -> str:
     """The answer for an article's setting (:func:`pdcalc.audit.answers.article_cases`) to both objectives
     (:mod:`pdcalc.plan.objectives`): the most output from the whole cluster, and the fewest cards for the
     article's load; as a paragraph that links to the "what to run" chapter."""
+    from pdcalc.book.display import table_html
     from pdcalc.plan import objectives
 
     e = _html.escape
     if rec.plan is None:
-        text = e(rec.headline()[:1].upper() + rec.headline()[1:]) + "."
+        text, table = e(rec.headline()[:1].upper() + rec.headline()[1:]) + ".", ""
     else:
-        text = e(objectives.short_answer(rec.plan, "the article's load")) + "."
-        text = text[:1].upper() + text[1:]
-    return (f"<p><b>What to run instead.</b> {text} The ranges, the flags, the per-card memory and what limits each "
-            f'answer are in <a href="what_to_run.html">What to run</a>.</p>')
+        line = objectives.headline(rec.plan, "the article's load")
+        text = e(line[:1].upper() + line[1:]) + "."
+        table = table_html(objectives.answers_table(rec.plan),
+                           caption="both objectives on the article's cluster (served model; likely: the 80 % range)")
+    return (f"<p><b>What to run instead.</b> {text} The flags, the per-card memory and what limits each answer are "
+            f'in <a href="what_to_run.html">What to run</a>.</p>' + table)

@@ -255,6 +255,22 @@ def short_answer(p: Plan, load_name: str = "the given load") -> str:
     return text + f"; {load_name} needs all of it"
 
 
+def headline(p: Plan, load_name: str = "the given load") -> str:
+    """One short line over :func:`answers_table`: what to run, or why the table's answers hold another TTFT."""
+    goals = answers(p)
+    whole, load = goals["fixed cluster"], goals["fixed load"]
+    if whole is None:
+        far = out_of_reach(p)
+        if far is None:
+            return f"nothing meets the targets (the closest fails on {_failing(p, 'fixed cluster')})"
+        return (f"no layout serves one prompt within the TTFT target of {seconds_text(far.target_s)} (the fastest "
+                f"takes {seconds_text(far.fastest_s)}), so the answers below hold TTFT to {seconds_text(far.ttft_s)}")
+    text = f"run {whole.layout} on {whole.cards:,} cards"
+    if load is not None and (load.layout, load.cards) != (whole.layout, whole.cards):
+        text += f"; for {load_name}, {load.layout} on {load.cards:,} cards"
+    return text
+
+
 def out_of_reach_dict(p: Plan) -> dict | None:
     """:func:`out_of_reach` for ``pdcalc plan --json``: the missed target, the fastest TTFT of one prompt and where,
     the TTFT target the answers are then given under, and those answers."""
