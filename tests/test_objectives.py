@@ -94,3 +94,11 @@ def test_a_reachable_ttft_is_answered_as_given(v3):
     assert O.out_of_reach(v3) is None
     a = O.fixed_cluster(v3)
     assert O.short_answer(v3).startswith(f"run {a.layout} ({a.cards:,} cards)")
+
+
+def test_the_headline_is_one_short_line_over_the_table(v3, long_prompts):
+    a = O.fixed_cluster(v3)
+    assert O.headline(v3) == f"run {a.layout} on {a.cards:,} cards"
+    far = O.out_of_reach(long_prompts)
+    line = O.headline(long_prompts)
+    assert O.seconds_text(far.fastest_s) in line and O.seconds_text(far.ttft_s) in line and len(line) <= 160
