@@ -97,8 +97,9 @@ def test_a_reachable_ttft_is_answered_as_given(v3):
 
 
 def test_the_headline_is_one_short_line_over_the_table(v3, long_prompts):
-    a = O.fixed_cluster(v3)
-    assert O.headline(v3) == f"run {a.layout} on {a.cards:,} cards"
+    a, b = O.fixed_cluster(v3), O.fixed_load(v3)
+    more = "" if (a.layout, a.cards) == (b.layout, b.cards) else f"; for the given load, {b.layout} on {b.cards:,} cards"
+    assert O.headline(v3) == f"run {a.layout} on {a.cards:,} cards" + more
     far = O.out_of_reach(long_prompts)
     line = O.headline(long_prompts)
     assert O.seconds_text(far.fastest_s) in line and O.seconds_text(far.ttft_s) in line and len(line) <= 160
