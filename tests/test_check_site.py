@@ -6,8 +6,10 @@ break (a chart whose spec is broken, the bundle fetched from a CDN, a request ma
 a file outside the site, a notebook traceback). A second set of pages copies the book's layout
 (a content column 784 px wide in a 1400 px window, myst-nb's cell markup and CSS, the theme's
 overflow wrapper around every output) and holds real pandas HTML output, one page per way the
-page rules can break (a truncated table, a table wider than the column, too much visible code)
-and pages that keep them (a wide table in a scroll container, a parameters cell, hidden code).
+page rules can break (a truncated table, a table wider than the column, a wide table that scrolls
+but does not say why, too much visible code, numbers printed with ``.00``, raw MyST or Python
+syntax in prose) and pages that keep them (a wide table in a scroll container that says why, a
+parameters cell, hidden code, numbers at their precision, quotes and code left alone).
 The browser tests need /usr/bin/chromium and are skipped, with that reason, only when it is
 absent.
 """
@@ -113,6 +115,38 @@ def _frame_html(rows: int, columns: int, **options) -> str:
         return df._repr_html_()
 
 
+WHY = "one column per byte count of the frame, all compared along a row"
+
+
+def _marked(table: str, why: str = WHY) -> str:
+    """A pandas table marked as wide on purpose: the class, and the reason in a visible caption line."""
+    reason = f'<caption><span class="pdcalc-wide-why">{why}</span></caption>' if why else ""
+    return table.replace('<table border="1" class="dataframe">', f'<table border="1" class="dataframe pdcalc-wide">{reason}', 1)
+
+
+# Text the rules (h) and (i) read, and text they leave alone.
+CLEAN_TEXT = (
+    "<p>The P card holds 73,700 tokens/s at a ratio of 1.00 and 0.935; 2<sup>30</sup> bytes are a GiB, "
+    "and <code>2**30</code> in code is code, as is <code>{term}</code>.</p>"
+    '<pre>bytes / 2**30 = 73,700.00\nf(**kwargs)  `x`</pre>'
+    "<p>The article prints <span class=\"pdcalc-quote\">21.00GiB</span>; vLLM logs "
+    "<q>took 39.66 GB with **bold** in its README</q>. The tensor <em>ffn.experts.{expert}.w1</em> is a "
+    "pattern, not a role; 12.5 % and 3.0 stay as printed; version v1.00 and 10.0.0.1 are not figures.</p>"
+    '<table><thead><tr><th>x</th></tr></thead><tbody><tr><td>1.00</td></tr><tr><td>64</td></tr></tbody></table>'
+)
+TRAILING_ZEROS = (
+    "<p>256 experts of 84.0 MiB make 21.00 GiB, and a zero shows as 0.00 %.</p>"
+    "<table><thead><tr><th>measured (tokens/s)</th><th>ratio</th></tr></thead><tbody>"
+    "<tr><td>73,700.00</td><td>1.2240</td></tr><tr><td>36.91</td><td>1,436.000</td></tr></tbody></table>"
+)
+RAW_SYNTAX = (
+    "<p>A {term}<code>KV cache</code> entry holds {glue:text}<code>kb:.1f</code> KB.</p>"
+    "<p>vLLM prints GB with bytes / 2**30, and the call takes **kwargs.</p>"
+    "<p>The cache is `kv_bytes` per token.</p>"
+    "<p>The ratio is np.float64(1.25), the rate 1.5e+07 tokens/s and {{ name }} a substitution.</p>"
+)
+
+
 @pytest.fixture(scope="module")
 def layout_site(tmp_path_factory) -> dict[str, Path]:
     """Book-like pages for the page rules: ``good`` keeps every rule, ``bad`` one page per breach."""
@@ -127,11 +161,15 @@ def layout_site(tmp_path_factory) -> dict[str, Path]:
         "good": {
             # A chapter's own scroll container, the one pdcalc.book.display puts every table in, and the
             # cell tag scroll-output.
+            # ... and each says why it is wide: the class and a visible reason, as display.table(wide=...)
+            # writes them, by hand in a scroll container of its own, or beside a scroll-output cell's table.
             "scroll-container.html": _book_page(
-                prose, _cell(output=f'<div style="overflow-x: auto">{wide}</div>', tags=("remove-input",)),
-                _cell(output=display.table_html(_frame(3, 24)), tags=("remove-input",)),
-                _cell(output=wide, tags=("remove-input", "scroll-output")),
+                prose, _cell(output=f'<div style="overflow-x: auto">{_marked(wide)}</div>', tags=("remove-input",)),
+                _cell(output=display.table_html(_frame(3, 24), wide=WHY), tags=("remove-input",)),
+                _cell(output=_marked(wide), tags=("remove-input", "scroll-output")),
             ),
+            # Numbers at their precision, a quote in its source's style, code in code elements.
+            "clean-text.html": _book_page(prose, CLEAN_TEXT),
             # Its input alone is more than 3 % of the page: it counts only because of the tag
             # (bad/parameters-untagged.html is the same page without it).
             "parameters-cell.html": _book_page(_cell(40, tags=("parameters",)), long_prose,
@@ -156,6 +194,17 @@ def layout_site(tmp_path_factory) -> dict[str, Path]:
                 # a scroll container, but itself wider than the column
                 _cell(output=f'<div style="overflow-x: auto; width: 1200px">{wide}</div>', tags=("remove-input",)),
             ),
+            # In a scroll container within the column, but the page does not say why the table is wide: not
+            # at all, with the class but no reason, or folded in a closed dropdown (a reader opens it).
+            "wide-unexplained.html": _book_page(
+                prose, _cell(output=display.table_html(_frame(3, 24)), tags=("remove-input",)),
+                _cell(output=f'<div style="overflow-x: auto">{_marked(wide, why="")}</div>', tags=("remove-input",)),
+                _cell(output=f'<details><summary>the frame</summary>{display.table_html(_frame(3, 24))}</details>',
+                      tags=("remove-input",)),
+            ),
+            "trailing-zeros.html": _book_page(prose, TRAILING_ZEROS, _cell(output=_frame_html(2, 2, precision=2),
+                                                                           tags=("remove-input",))),
+            "raw-syntax.html": _book_page(prose, RAW_SYNTAX),
             "too-much-code.html": _book_page(prose, *[_cell(15, output=small) for _ in range(3)]),
             "parameters-untagged.html": _book_page(_cell(40), long_prose,
                                                    _cell(output=small, tags=("remove-input",))),
@@ -314,8 +363,10 @@ def test_pages_that_keep_the_page_rules_pass(layout_site, capsys):
     rc, problems = _run(layout_site["good"], capsys, summaries)
     assert (rc, problems) == (0, {})
     code, widest, column, truncated = _numbers(summaries["scroll-container.html"])
-    assert column == 784 and widest > 2 * column  # wide, but each in a container that scrolls
+    assert column == 784 and widest > 2 * column  # wide, but each in a container that scrolls, and says why
     assert truncated == 0 and code == 0.0
+    assert "3 wide  0 .00  0 raw syntax" in summaries["scroll-container.html"]
+    assert "0 wide  0 .00  0 raw syntax" in summaries["clean-text.html"]
     assert _numbers(summaries["parameters-cell.html"])[0] == 0.0
     assert _numbers(summaries["hidden-code.html"])[0] == 0.0
     assert _numbers(summaries["dimensions-footer.html"])[3] == 0
@@ -341,6 +392,32 @@ def test_each_page_rule_fails_with_the_element_named(layout_site, capsys):
     assert "the column 784 px (only the theme's wrapper of every output scrolls)" in wide[0]
     assert wide[1].startswith("table wider than the content column, outside a scroll container: table 2 of the page")
     assert wide[1].endswith("(its scroll container div is 1200 px wide, not within the column)")
+
+    unexplained = problems["wide-unexplained.html"]
+    assert len(unexplained) == 3, unexplained
+    assert all(p.startswith("table wider than the content column, scrolls sideways in div") for p in unexplained)
+    assert "the page does not say why (class pdcalc-wide on the table and a rendered .pdcalc-wide-why" in unexplained[0]
+    assert "it has the class pdcalc-wide but no rendered .pdcalc-wide-why" in unexplained[1]
+    assert unexplained[2].startswith("table wider than the content column, scrolls sideways in div.pdcalc-table: "
+                                     "table 3 of the page")  # folded in a closed dropdown, measured all the same
+
+    zeros = problems["trailing-zeros.html"]
+    assert _numbers(summaries["trailing-zeros.html"])[3] == 0
+    assert zeros[0] == ('number printed with trailing .00: 21.00, 0.00 in <p>; under "Chapter": '
+                        '"256 experts of 84.0 MiB make 21.00 GiB, and a zero shows as 0.00 %."')
+    assert zeros[1].startswith('number printed with trailing .00: 73,700.00 in table 1 of the page, row 1, '
+                               'column "measured (tokens/s)"')
+    assert any("1,436.000 in table 1 of the page, row 2, column \"ratio\"" in z for z in zeros)
+    # four numbers, all in the hand-written prose and table; pandas's own HTML at two decimals (123456.79) passes
+    assert "4 .00  0 raw syntax" in summaries["trailing-zeros.html"]
+
+    raw = " | ".join(problems["raw-syntax.html"])
+    for what, text in (("a MyST role or directive name", "'{term}', '{glue:text}'"),
+                       ("Python's ** (power, keyword unpacking) or unrendered bold", "'**'"), ("a backtick", "'`'"),
+                       ("a numpy repr", "'np.float64('"), ("a Python float in e notation", "'1.5e+07'"),
+                       ("a MyST substitution brace", "'{{', '}}'")):
+        assert f"raw syntax in rendered text ({what}): {text} in <p>" in raw, (what, text)
+    assert "bytes / 2**30, and the call takes **kwargs" in raw and "10 raw syntax" in summaries["raw-syntax.html"]
 
     [code] = problems["too-much-code.html"]
     share = _numbers(summaries["too-much-code.html"])[0]
@@ -373,11 +450,22 @@ def test_layout_rules_on_measurements():
     assert problem.startswith("visible code is 3.0 % of the page's height (301 of 10,000 px; limit 3 %)")
 
     r = check_site.PageResult("p.html")
-    tables = [table(width=785.5), table(index=2, width=2000, scroller="div.pdcalc-scroll"), table(index=3, width=784.4)]
-    [problem] = check_site.layout_problems(layout([], tables), r)
-    assert problem.startswith("table wider than the content column, outside a scroll container: "
+    why = "one column per card of the group"
+    tables = [table(width=785.5), table(index=2, width=2000, scroller="div.pdcalc-table", marked=True, why=why),
+              table(index=3, width=784.4),
+              # in a scroll container, but not said why: no class, the class and no reason, a reason too short
+              table(index=4, width=900, scroller="div.pdcalc-table"),
+              table(index=5, width=900, scroller="div.pdcalc-table", marked=True, why=""),
+              table(index=6, width=900, scroller="div.pdcalc-table", marked=True, why="wide table")]
+    outside, *unsaid = check_site.layout_problems(layout([], tables), r)
+    assert outside.startswith("table wider than the content column, outside a scroll container: "
                               'table 1 of the page (output of code cell 2; under "Plan"; columns a) is 786 px wide')
-    assert (r.widest_table, r.column_width, r.truncated_tables) == (2000, 784.0, 0)
+    assert [p.split(": table ")[1][:1] for p in unsaid] == ["4", "5", "6"]
+    assert unsaid[0].endswith("the page does not say why (class pdcalc-wide on the table and a rendered "
+                              ".pdcalc-wide-why reason, as pdcalc.book.display.table(df, wide=...) writes them)")
+    assert "it has the class pdcalc-wide but no rendered .pdcalc-wide-why of at least 3 words" in unsaid[1]
+    assert unsaid[2].endswith("says why (only: 'wide table')")
+    assert (r.widest_table, r.column_width, r.truncated_tables, r.wide_tables) == (2000, 784.0, 0, 5)
 
     r = check_site.PageResult("p.html")
     [problem] = check_site.layout_problems(layout([], [table(id="T_x", trimmed=True, footer="9 rows × 2 columns")]), r)
@@ -386,3 +474,39 @@ def test_layout_rules_on_measurements():
     assert r.truncated_tables == 1
     assert check_site.layout_problems({**layout([]), "viewport": 800}, check_site.PageResult("p.html")) == [
         "measured in a window 800 px wide, not 1400 px"]
+
+
+def test_text_rules_on_blocks():
+    """Rules (h) and (i) on LAYOUT_PROBE's text blocks, without a browser: what each pattern takes and leaves."""
+    def problems(text, **where):
+        r = check_site.PageResult("p.html")
+        out = check_site.text_problems([{"text": text, "tag": "p", "cell": 0, "under": "Weights"} | where], r)
+        return out, r
+
+    for text in ("73,700.00 tokens/s", "12.00 GiB", "a share of 0.00", "0.000", "1,436.000", "(21.00)"):
+        [p], r = problems(text)
+        assert p.startswith("number printed with trailing .00: ") and r.trailing_zeros == 1, text
+    for text in ("1.00", "0.935", "73,700", "12.5 %", "3.0", "v1.00", "10.0.0.1", "2.000", "100.01", "0.001"):
+        assert problems(text)[0] == [], text
+    [p], r = problems("6,688.00 and 73,700.00", table=10, tableId="", row=3, column="measured (tokens/s)")
+    assert p == ('number printed with trailing .00: 6,688.00, 73,700.00 in table 10 of the page, row 3, column '
+                 '"measured (tokens/s)"; under "Weights": "6,688.00 and 73,700.00"')
+    assert r.trailing_zeros == 2
+
+    for text, what in (("a {term} entry", "a MyST role or directive name"), ("{glue:text} GB", "a MyST role or directive name"),
+                       ("{doc} page", "a MyST role or directive name"), ("{{ x }}", "a MyST substitution brace"),
+                       ("bytes / 2**30", "Python's ** (power, keyword unpacking) or unrendered bold"),
+                       ("10**9 B", "Python's ** (power, keyword unpacking) or unrendered bold"),
+                       ("f(**kwargs)", "Python's ** (power, keyword unpacking) or unrendered bold"),
+                       ("the `kv` cache", "a backtick"), ("np.float64(0.5)", "a numpy repr"),
+                       ("1.5e+07 tokens/s", "a Python float in e notation"), ("2.34e+03 to 6.37e+03", "a Python float in e notation")):
+        [p], r = problems(text)
+        assert p.startswith(f"raw syntax in rendered text ({what}): ") and r.raw_syntax >= 1, text
+    for text in ("ffn.experts.{expert}.w1", "2^30 bytes", "GiB (2 to the 30th)", "a * b", "e+ and e-", "1e3x",
+                 "set {x, y}", "DeepSeek-V3 (TP8)"):
+        assert problems(text)[0] == [], text
+    long = "x" * 100 + " bytes / 2**30 " + "y" * 100
+    [p], _ = problems(long)
+    excerpt = p.split(': "', 1)[1]
+    assert excerpt.startswith("…x") and excerpt.endswith("y…\"") and "bytes / 2**30" in excerpt
+    assert len(excerpt) <= 2 * check_site.TEXT_CONTEXT + 6

@@ -28,22 +28,43 @@ page without the theme) is 784 px wide. A page FAILS when
 (e) a pandas table shows its truncation: a row or a column of ``...``/``…`` cells (pandas's
     ``to_html``), cells of the Styler's ``row_trim``/``col_trim`` classes, or a ``<p>N rows × M
     columns</p>`` footer after a table that shows fewer rows or columns than the footer states;
-(f) a ``<table>`` in the column is rendered wider than the column and no element between it and
-    the column is a scroll container by design: computed ``overflow-x`` ``auto`` or ``scroll``,
-    its own box within the column, and not one of the wrappers the theme puts around *every*
-    output or table (THEME_SCROLL_WRAPPERS, e.g. ``div.cell_output .output``), which would
-    otherwise excuse every table. A chapter's deliberate container is an element of its own
-    output around the table, e.g. ``<div class="pdcalc-table" style="overflow-x:auto;max-width:100%">``
-    as ``pdcalc.book.display.table`` writes it, or the cell tag ``scroll-output`` (myst-nb's
-    ``div.cell_output`` then scrolls, at most 24em high);
+(f) a ``<table>`` in the column is rendered wider than the column. A table that scrolls sideways
+    hides columns from a reader who does not think of scrolling, so a scroll container alone does
+    not excuse it: the page must say why the table is wide. A wide table passes only when
+    (1) an element between it and the column is a scroll container by design: computed
+    ``overflow-x`` ``auto`` or ``scroll``, its own box within the column, and not one of the
+    wrappers the theme puts around *every* output or table (THEME_SCROLL_WRAPPERS, e.g.
+    ``div.cell_output .output``); a chapter's container is an element of its own output around the
+    table, e.g. ``<div class="pdcalc-table" style="overflow-x:auto;max-width:100%">`` as
+    ``pdcalc.book.display.table`` writes it, or the cell tag ``scroll-output``; and (2) the table
+    carries the class WIDE_CLASS (``pdcalc-wide``) and a rendered element of the class WIDE_WHY_CLASS
+    (``pdcalc-wide-why``) in its caption or its scroll container says why, in at least
+    MIN_WHY_WORDS words. ``pdcalc.book.display.table(df, wide="...")`` writes both: the class and a
+    caption line "Wide table, scroll sideways: <why>". A table folded in a closed ``<details>`` is
+    measured as laid out, since a reader who opens it sees that width;
 (g) visible code takes more than MAX_CODE_SHARE (3 %) of the page's height: the rendered heights
     of the code input areas (myst-nb's ``div.cell_input``) are summed, except the input of a cell
     tagged ``parameters`` (``div.cell.tag_parameters``), and divided by the document's height.
     An input behind a ``hide-input`` toggle (``<details class="hide above-input">``, closed) is
-    not rendered and counts 0 px; the toggle's one-line "Show code cell source" bar is not code.
+    not rendered and counts 0 px; the toggle's one-line "Show code cell source" bar is not code;
+(h) a number is printed with trailing zero decimals that carry no information: ``.00`` (two or
+    more zeros) after an integer part of two or more digits or after ``0`` (``73,700.00``,
+    ``12.00``, ``0.00``), in a table or in prose. ``1.00`` (a ratio at three significant figures)
+    passes. Code (inputs, ``pre``, ``code``), math, charts and scripts are not read (TEXT_SKIP), nor
+    is a verbatim quote of a source (``q``, ``blockquote``, or a cell of the class ``pdcalc-quote`` that
+    ``pdcalc.book.display.table(df, quotes=...)`` writes: what an article prints, in its own style);
+(i) raw MyST or Python syntax shows in rendered prose or in a table: a MyST role or directive
+    name in braces (``{term}``, ``{glue:text}``, ``{doc}``), a substitution's ``{{``/``}}``, a
+    backtick (a code span or role that did not render), ``**`` (Python's power or keyword
+    unpacking, ``2**30``, ``**kwargs``, or bold markers that did not render), a numpy repr
+    (``np.float64(...)``) or a Python float in ``e`` notation (``1.5e+07``). Text inside code
+    elements is code, and quotes are quotes: neither is read, as in (h) (RAW_SYNTAX lists the patterns;
+    a name in braces counts only when it is a MyST role or directive, MYST_NAMES, so that a tensor name
+    pattern such as ``experts.{expert}.w1`` passes).
 
 Each page gets one summary line (charts, requests, visible-code share, widest table against the
-column, truncated tables); each problem one line naming the page and the element.
+column, truncated tables, trailing-zero numbers, raw syntax); each problem one line naming the page,
+the element (its table, row and column, or the heading it is under) and the offending text.
 
 Exit status 0 when every page passes, 1 with one line per problem otherwise, 2 on usage errors.
 """
@@ -134,10 +155,48 @@ MAX_CODE_SHARE = 0.03  # visible code input, parameters cell aside, over the pag
 THEME_SCROLL_WRAPPERS = ["div.cell_output .output", ".pst-scrollable-table-container"]
 # The content column: the first match, in this order.
 COLUMN_SELECTORS = ["article.bd-article", "[role='main']", "main", "body"]
+# (f) A table wider than the column says why: this class on the table, and a rendered element of
+# WIDE_WHY_CLASS with at least MIN_WHY_WORDS words in its caption or its scroll container.
+WIDE_CLASS = "pdcalc-wide"
+WIDE_WHY_CLASS = "pdcalc-wide-why"
+MIN_WHY_WORDS = 3
+
+# (h), (i) Text rules: what is not read (code, math, charts, scripts), and the element a run of text
+# belongs to (its nearest match; a table cell is named by its table, row and column).
+TEXT_SKIP = ", ".join([
+    "script", "style", "noscript", "template", "pre", "code", "kbd", "samp", "tt", "var", "div.cell_input",
+    "div.highlight", "svg", "canvas", "math", "mjx-container", ".math", ".MathJax", ".headerlink",
+    # verbatim quotes of a source: what it prints, in its own style (pdcalc.book.display's QUOTE_CLASS)
+    "q", "blockquote", ".pdcalc-quote",
+])
+TEXT_BLOCKS = ", ".join(["td", "th", "caption", "p", "li", "dt", "dd", "h1", "h2", "h3", "h4", "h5", "h6",
+                         "figcaption", "summary", "blockquote", "div"])
+# (h) ``.00`` after an integer part of two or more digits (thousands separators included) or after 0.
+TRAILING_ZEROS = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+|[1-9]\d+|0)\.0{2,}(?![\d])")
+# (i) Names of MyST roles and directives whose ``{name}`` in rendered text is a leftover (a tensor name
+# pattern such as ``experts.{expert}.w1`` is not one).
+MYST_NAMES = [
+    "term", "doc", "ref", "numref", "eq", "math", "abbr", "sub", "sup", "download", "index", "code", "cite",
+    r"glue(?::[a-z]*)?", r"py:[a-z]+", r"prf:[a-z]+", "func", "class", "mod", "meth", "attr", "data", "kbd",
+    "guilabel", "menuselection", "rfc", "pep", "dropdown", "note", "warning", "tip", "important", "caution",
+    "admonition", "figure", "image", "list-table", "table", "code-cell", "toctree", "tab-set", "tab-item",
+    "card", "grid", "margin", "sidebar", "glossary", "raw", "eval-rst", "include", "literalinclude",
+    "contents", "bibliography", "mermaid", "seealso", "topic",
+]
+# (i) Raw MyST or Python syntax, by what it is.
+RAW_SYNTAX = [
+    ("a MyST role or directive name", re.compile(r"\{(?:%s)\}" % "|".join(MYST_NAMES))),
+    ("a MyST substitution brace", re.compile(r"\{\{|\}\}")),
+    ("a backtick", re.compile(r"`")),
+    ("Python's ** (power, keyword unpacking) or unrendered bold", re.compile(r"\*\*")),
+    ("a numpy repr", re.compile(r"\bnp\.[a-z_]+\d*\(")),
+    ("a Python float in e notation", re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[+-]\d+\b")),
+]
+TEXT_CONTEXT = 40  # characters shown either side of a match
 
 LAYOUT_PROBE = r"""
 (() => {
-  const THEME = %THEME%, COLUMN = %COLUMN%;
+  const THEME = %THEME%, COLUMN = %COLUMN%, WIDE = %WIDE%, WHY = %WHY%, SKIP = %SKIP%, BLOCKS = %BLOCKS%;
   const px = v => parseFloat(v) || 0;
   // Not shown: display none, visibility hidden, or inside a closed <details> (whose content
   // Chromium still lays out, under content-visibility: hidden, with its full size).
@@ -163,7 +222,7 @@ LAYOUT_PROBE = r"""
     viewport: window.innerWidth,
     column: {selector: COLUMN.find(s => document.querySelector(s)) || "html", width: right - left},
     docHeight: Math.max(document.documentElement.scrollHeight, document.body ? document.body.scrollHeight : 0),
-    code: [], tables: [],
+    code: [], tables: [], text: [],
   };
   // (g) code input areas
   for (const el of document.querySelectorAll("div.cell_input")) {
@@ -175,20 +234,28 @@ LAYOUT_PROBE = r"""
   // (e), (f) tables in the column
   const dots = c => /^(\.\.\.|…)$/.test(c.textContent.trim());
   const tables = [...col.querySelectorAll("table")];
+  // A table folded in a closed <details> is measured as laid out: a reader who opens it sees that width.
+  // (checkVisibility() is false inside a closed <details>, whose content is content-visibility: hidden.)
+  const laidOut = el => el.getClientRects().length > 0 && getComputedStyle(el).visibility !== "hidden";
   tables.forEach((t, i) => {
-    if (!rendered(t)) return;
+    if (!laidOut(t)) return;
     const r = t.getBoundingClientRect();
     const width = Math.max(r.width, t.scrollWidth);
-    let scroller = null, inThemeWrapper = false, wideScroller = null;
+    let scroller = null, inThemeWrapper = false, wideScroller = null, scrollerEl = null;
     for (let a = t.parentElement; a && a !== col; a = a.parentElement) {
       const ox = getComputedStyle(a).overflowX;
       if (ox !== "auto" && ox !== "scroll") continue;
       if (THEME.some(s => a.matches(s))) { inThemeWrapper = true; continue; }
       const ar = a.getBoundingClientRect();
       const name = a.tagName.toLowerCase() + (a.id ? "#" + a.id : "") + [...a.classList].map(c => "." + c).join("");
-      if (ar.left >= left - 1 && ar.right <= right + 1) { scroller = name; break; }
+      if (ar.left >= left - 1 && ar.right <= right + 1) { scroller = name; scrollerEl = a; break; }
       if (!wideScroller) wideScroller = {name, width: ar.width};
     }
+    // (f) the page says why a table is wide: the class on the table, a rendered reason beside it
+    const whyEls = [...(t.caption ? t.caption.querySelectorAll("." + WHY) : []),
+                    ...(scrollerEl ? scrollerEl.querySelectorAll("." + WHY) : [])];
+    const why = whyEls.filter(laidOut).map(e => e.textContent.replace(/\s+/g, " ").trim())
+                      .sort((a, b) => b.length - a.length)[0] || "";
     const bodyRows = t.tBodies.length ? [...t.tBodies].flatMap(b => [...b.rows]) : [...t.rows];
     const dotRow = bodyRows.some(tr => {
       const tds = [...tr.cells].filter(c => c.tagName === "TD");
@@ -217,11 +284,45 @@ LAYOUT_PROBE = r"""
     out.tables.push({
       index: i + 1, id: t.id, cell: cellNo(t), under: under(t), columns: names.slice(0, 4), ncolumns: names.length,
       width, scroller, inThemeWrapper, wideScroller, dotRow, dotCol, trimmed, footer,
+      marked: t.classList.contains(WIDE), why,
     });
   });
+  // (h), (i) text outside code, math and charts, one entry per block (table cell, paragraph, ...)
+  const blocks = new Map();
+  const walker = document.createTreeWalker(col, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const parent = n.parentElement;
+    if (!parent || parent.closest(SKIP)) continue;
+    const b = parent.closest(BLOCKS) || parent;
+    if (!blocks.has(b)) blocks.set(b, []);
+    blocks.get(b).push(n.nodeValue);
+  }
+  for (const [b, parts] of blocks) {
+    const text = parts.join("").replace(/\s+/g, " ").trim();
+    if (!text) continue;
+    const td = b.closest("td, th"), t = b.closest("table");
+    let column = "";
+    if (td && t && t.tHead && t.tHead.rows.length) {
+      const hr = t.tHead.rows[t.tHead.rows.length - 1].cells[td.cellIndex];
+      column = hr ? hr.textContent.replace(/\s+/g, " ").trim().slice(0, 40) : "";
+    }
+    out.text.push({text, tag: b.tagName.toLowerCase(), cell: cellNo(b), under: under(b),
+                   table: t ? tables.indexOf(t) + 1 : 0, tableId: t ? t.id : "",
+                   row: td ? td.parentElement.rowIndex : -1, column});
+  }
   return out;
 })()
 """
+
+
+def layout_probe() -> str:
+    """LAYOUT_PROBE with this module's selectors and class names filled in."""
+    values = {"THEME": THEME_SCROLL_WRAPPERS, "COLUMN": COLUMN_SELECTORS, "WIDE": WIDE_CLASS, "WHY": WIDE_WHY_CLASS,
+              "SKIP": TEXT_SKIP, "BLOCKS": TEXT_BLOCKS}
+    probe = LAYOUT_PROBE
+    for name, value in values.items():
+        probe = probe.replace(f"%{name}%", json.dumps(value))
+    return probe
 
 
 @dataclass
@@ -234,6 +335,9 @@ class PageResult:
     widest_table: float = 0.0  # px, widest rendered table in the column
     column_width: float | None = None  # px, content box of the column
     truncated_tables: int = 0
+    wide_tables: int = 0  # tables wider than the column (rule f), said why or not
+    trailing_zeros: int = 0  # numbers printed with .00 (rule h)
+    raw_syntax: int = 0  # raw MyST or Python syntax in prose (rule i)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -488,8 +592,7 @@ def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: fl
         # Layout is measured once charts are drawn and web fonts are in.
         evaluate("Promise.race([document.fonts.ready.then(() => true),"
                  " new Promise(r => setTimeout(() => r(false), 5000))])", await_promise=True)
-        layout = evaluate(LAYOUT_PROBE.replace("%THEME%", json.dumps(THEME_SCROLL_WRAPPERS))
-                          .replace("%COLUMN%", json.dumps(COLUMN_SELECTORS)))
+        layout = evaluate(layout_probe())
     except Exception as exc:  # noqa: BLE001 - a page that breaks the browser is a failed page
         result.problems.append(f"browser error: {type(exc).__name__}: {exc}")
     finally:
@@ -589,7 +692,11 @@ def layout_problems(layout: dict, result: PageResult) -> list[str]:
     # (f) tables wider than the column
     for t in layout.get("tables", []):
         result.widest_table = max(result.widest_table, t["width"])
-        if t["width"] > col_width + 1 and not t["scroller"]:
+        if t["width"] <= col_width + 1:
+            continue
+        result.wide_tables += 1
+        size = f"is {t['width']:.0f} px wide, the column {col_width:.0f} px"
+        if not t["scroller"]:
             note = ""
             if t.get("wideScroller"):
                 wide = t["wideScroller"]
@@ -597,7 +704,20 @@ def layout_problems(layout: dict, result: PageResult) -> list[str]:
             elif t["inThemeWrapper"]:
                 note = " (only the theme's wrapper of every output scrolls)"
             problems.append(f"table wider than the content column, outside a scroll container: {_table_name(t)} "
-                            f"is {t['width']:.0f} px wide, the column {col_width:.0f} px{note}")
+                            f"{size}{note}")
+            continue
+        why = t.get("why") or ""
+        if t.get("marked") and len(why.split()) >= MIN_WHY_WORDS:
+            continue
+        if t.get("marked"):
+            missing = (f'it has the class {WIDE_CLASS} but no rendered .{WIDE_WHY_CLASS} of at least {MIN_WHY_WORDS} '
+                       f'words in its caption or scroll container says why{f" (only: {why!r})" if why else ""}')
+        else:
+            missing = (f"the page does not say why (class {WIDE_CLASS} on the table and a rendered "
+                       f".{WIDE_WHY_CLASS} reason, as pdcalc.book.display.table(df, wide=...) writes them)")
+        problems.append(f"table wider than the content column, scrolls sideways in {t['scroller']}: {_table_name(t)} "
+                        f"{size}; {missing}")
+    problems.extend(text_problems(layout.get("text", []), result))
     # (g) visible code
     height = layout.get("docHeight") or 0
     counted = [c for c in layout.get("code", []) if not c["parameters"] and c["height"] > 0]
@@ -609,6 +729,51 @@ def layout_problems(layout: dict, result: PageResult) -> list[str]:
         problems.append(f"visible code is {100 * result.code_share:.1f} % of the page's height "
                         f"({code_px:,.0f} of {height:,.0f} px; limit {100 * MAX_CODE_SHARE:g} %): "
                         f"{len(counted)} code cell input{'s' if len(counted) != 1 else ''} shown; tallest {names}")
+    return problems
+
+
+def _where(block: dict) -> str:
+    """Where a block of text is: its table, row and column, or its element and heading."""
+    parts = []
+    if block.get("table"):
+        name = f"table #{block['tableId']}" if block.get("tableId") else f"table {block['table']} of the page"
+        parts.append(name + (f", row {block['row']}" if block.get("row", -1) >= 0 else "")
+                     + (f', column "{block["column"]}"' if block.get("column") else ""))
+    else:
+        parts.append(f"<{block.get('tag', '?')}>")
+    if block.get("cell"):
+        parts.append(f"output of code cell {block['cell']}")
+    if block.get("under"):
+        parts.append(f'under "{block["under"]}"')
+    return "; ".join(parts)
+
+
+def _excerpt(text: str, start: int, end: int) -> str:
+    a, b = max(0, start - TEXT_CONTEXT), min(len(text), end + TEXT_CONTEXT)
+    return ("…" if a else "") + text[a:b] + ("…" if b < len(text) else "")
+
+
+def text_problems(blocks: list[dict], result: PageResult) -> list[str]:
+    """Rules (h) and (i) on the text blocks of LAYOUT_PROBE; counts them in the result.
+
+    One problem line per block (a paragraph, a table cell) and rule, naming every distinct match; the
+    page's counts add up every match."""
+    problems = []
+    for block in blocks:
+        text = block.get("text", "")
+        zeros = list(TRAILING_ZEROS.finditer(text))
+        if zeros:
+            result.trailing_zeros += len(zeros)
+            shown = ", ".join(dict.fromkeys(m.group(0) for m in zeros))
+            problems.append(f"number printed with trailing .00: {shown} in {_where(block)}: "
+                            f"\"{_excerpt(text, zeros[0].start(), zeros[0].end())}\"")
+        for what, pattern in RAW_SYNTAX:
+            found = list(pattern.finditer(text))
+            if found:
+                result.raw_syntax += len(found)
+                shown = ", ".join(repr(x) for x in dict.fromkeys(m.group(0) for m in found))
+                problems.append(f"raw syntax in rendered text ({what}): {shown} in {_where(block)}: "
+                                f"\"{_excerpt(text, found[0].start(), found[0].end())}\"")
     return problems
 
 
@@ -648,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{verdict:4}  {r.page:<{width}}  charts {r.drawn_charts}/{r.expected_charts} drawn  "
               f"{r.requests:3d} requests  {code} (limit {100 * MAX_CODE_SHARE:g} %)  "
               f"widest table {r.widest_table:4.0f}/{column} px  {r.truncated_tables} truncated  "
-              f"{r.seconds:4.1f} s")
+              f"{r.wide_tables} wide  {r.trailing_zeros} .00  {r.raw_syntax} raw syntax  {r.seconds:4.1f} s")
     for r in failed:
         for problem in r.problems:
             print(f"check-site: FAIL {r.page}: {problem}")
