@@ -315,3 +315,48 @@ def test_errata_brief_links_each_erratum_to_its_audit_row():
     for e in ERRATA:
         assert f'href="{homes[e.claim_id]}.html#{claims.anchor(e.claim_id)}"' in out
     assert out.count("<tr") == len(ERRATA) + 1
+
+
+# ---- numbers at the precision each quantity deserves (pdcalc.book.cells, through report)
+def test_readable_writes_each_value_at_its_own_precision_and_ratios_at_three_figures():
+    df = pd.DataFrame({"measured (tokens/s)": [73700.0, 36.906, 1436.1584, 158.0669], "card": ["a", "b", "c", "d"],
+                       "after / measured": [1.2239, 0.93534, 2.0, 0.051034], "factor": [0.9297, 1.0, 1.5, 0.25],
+                       "count": [1, 2, 3, 4]})
+    texts = report.readable(df, ratios=("factor",))
+    assert set(texts) == {"measured (tokens/s)", "after / measured", "factor"}  # float columns only
+    assert texts["measured (tokens/s)"] == ["73,700", "36.91", "1,436", "158.1"]  # not 73,700.00 beside 36.91
+    assert texts["after / measured"] == ["1.22", "0.935", "2.00", "0.0510"]
+    assert texts["factor"] == ["0.930", "1.00", "1.50", "0.250"]
+    assert report.readable(df, ratio_decimals=3)["after / measured"] == ["1.224", "0.935", "2.000", "0.051"]
+    assert report.ratio_text([None, float("nan"), 0.0]) == ["", "", "0"]
+
+
+def test_powers_in_a_sources_text_become_superscripts():
+    assert report.powers_html("10**9 B as printed, 2**30 B as SGLang's") == \
+        "10<sup>9</sup> B as printed, 2<sup>30</sup> B as SGLang's"
+    assert report.powers_text("bytes / 2**30") == "bytes / 2^30" and report.powers_text("a ** b") == "a ** b"
+
+
+def test_linked_table_readable_numbers_prose_quotes_and_breakable_columns():
+    import base64
+    import re
+
+    df = pd.DataFrame({"source": ["day_6_one_more_thing.md"], "measured (tokens/s)": [73700.0],
+                       "why": ["10**9 B"], "quote": ["took 21.00GiB"], "after / measured": [1.2239]})
+    out = report.linked_table(df, caption="t", csv_name="t", readable_numbers=True, prose=("why",),
+                              quotes=("quote",), breakable=("source",)).data
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", out)
+    assert cells == ["day_<wbr>6_<wbr>one_<wbr>more_<wbr>thing.md", "73,700", "10<sup>9</sup> B",
+                     '<span class="pdcalc-quote">took 21.00GiB</span>', "1.22"]
+    csv = base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", out).group(1)).decode()
+    assert csv.splitlines()[1] == 'day_6_one_more_thing.md,"73,700",10^9 B,took 21.00GiB,1.22'
+    assert ".00" not in out.replace("21.00GiB", "")
+
+
+def test_served_misses_write_ranges_out_without_exponents():
+    import re
+
+    out = report.served_misses().data
+    assert not re.search(r"\de[+-]\d", out)
+    ranges = re.findall(r"<td[^>]*>([\d,.]+ to [\d,.]+)</td>", out)
+    assert len(ranges) == 12 and not re.search(r"\d{2}\.00\b", out)

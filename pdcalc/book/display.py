@@ -6,10 +6,16 @@
 - **numbers that read well**: integers with thousands separators; floats rounded by the precision
   policy (:mod:`pdcalc.core.precision`, :data:`~pdcalc.core.precision.SIG` significant figures by default) and
   printed with the decimals the column needs, thousands separators included, never in ``e+07``
-  notation; whole-number floats as integers; missing values as an empty cell; booleans as yes/no;
+  notation; whole-number floats as integers, and in a column whose other values need decimals a whole
+  number of two or more digits (or zero) still prints without them (``73,700``, not ``73,700.00``);
+  missing values as an empty cell; booleans as yes/no;
 - **no index** unless it means something (``index=True``, or a named index the caller keeps);
 - **fits the column**: the table sits in a scroll container by design (``div.pdcalc-table``, horizontal
-  scrolling inside the column), so a wide table never widens the page;
+  scrolling inside the column), so a wide table never widens the page; a table that must be wider than
+  the column says why (``wide="..."``: the class :data:`WIDE_CLASS` on the table and a caption line of the
+  class :data:`WIDE_WHY_CLASS`, which ``make check-site`` requires of any table wider than the column);
+- **quotes kept verbatim**: a column named in ``quotes`` holds what a source prints, each cell marked
+  :data:`QUOTE_CLASS` (``make check-site`` does not hold a quote to the book's number style);
 - **a CSV download** of exactly what is shown (``data:`` link, works offline).
 
 The HTML is deterministic (no random ids), so nbval compares it run to run.
@@ -27,8 +33,14 @@ import pandas as pd
 
 from pdcalc.core.precision import SIG, round_sig, tidy
 
-#: Class of the scroll container every table sits in (the site checker accepts a wide table inside it).
+#: Class of the scroll container every table sits in.
 SCROLL_CLASS = "pdcalc-table"
+#: Class of a table that is wider than the book's column on purpose, and of the visible line that says why
+#: (``tools/check_site.py`` fails on a wider table without both).
+WIDE_CLASS = "pdcalc-wide"
+WIDE_WHY_CLASS = "pdcalc-wide-why"
+#: Class of a cell's text quoted verbatim from a source (``tools/check_site.py`` does not check its numbers).
+QUOTE_CLASS = "pdcalc-quote"
 
 
 def _decimals(values: np.ndarray, sig: int) -> int:
@@ -44,6 +56,14 @@ def _decimals(values: np.ndarray, sig: int) -> int:
     return int(min(out, 6))
 
 
+def _bare_whole(x: float, decimals: int) -> bool:
+    """Whether ``x``, printed with ``decimals`` decimals, would show only zeros after the point although no
+    digit there is significant: a whole number of two or more digits, or zero (``73,700.00``, ``0.00``). A
+    single-digit whole number keeps the column's decimals (a ratio of ``1.00`` at three figures)."""
+    r = round(x, decimals)
+    return decimals > 0 and r == round(r) and (abs(r) >= 10 or r == 0)
+
+
 def format_column(s: pd.Series, sig: int = SIG) -> list[str]:
     """The cells of one column as text (see the module docstring)."""
     if pd.api.types.is_bool_dtype(s.dtype):
@@ -53,7 +73,7 @@ def format_column(s: pd.Series, sig: int = SIG) -> list[str]:
     if pd.api.types.is_float_dtype(s.dtype):
         v = s.to_numpy(dtype=float)
         d = _decimals(v, sig)
-        return ["" if not math.isfinite(x) else f"{x:,.{d}f}" for x in v]
+        return ["" if not math.isfinite(x) else f"{x:,.{0 if _bare_whole(x, d) else d}f}" for x in v]
     out = []
     for v in s:
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -83,22 +103,30 @@ def _header(name) -> str:
 
 def table_html(df: pd.DataFrame, *, index: bool = False, sig: int = SIG, caption: str | None = None,
                csv_name: str | None = None, numeric_right: bool = True, row_ids: list[str] | None = None,
-               cell_html: dict[str, list[str]] | None = None, min_widths: dict[str, str] | None = None) -> str:
+               cell_html: dict[str, list[str]] | None = None, min_widths: dict[str, str] | None = None,
+               wide: str | None = None, quotes: tuple = (), texts: dict[str, list[str]] | None = None) -> str:
     """The HTML of :func:`table` (a string).
 
     ``row_ids`` gives each row an ``id`` (an anchor a link can point to); ``cell_html`` replaces the text
     of a column by ready HTML (e.g. a coloured verdict), one string per row; ``min_widths`` gives a column a
     CSS minimum width (a column of sentences that the browser would otherwise squeeze into a tall strip).
+    ``wide`` says why the table may be wider than the book's column (a caption line "Wide table, scroll
+    sideways: ..." and the class :data:`WIDE_CLASS`); ``quotes`` names the columns whose cells are quoted
+    verbatim (:data:`QUOTE_CLASS`); ``texts`` gives a column's cells as ready text, one string per row (a
+    number at its own precision, e.g. :func:`pdcalc.book.report.readable`), shown and written to the CSV in
+    place of the column's own formatting, aligned as the column's values are.
     """
     shown = tidy(df.reset_index() if index else df, sig)
     cols = list(shown.columns)
-    texts = {c: format_column(shown[c], sig) for c in cols}
+    texts = {c: list(texts[c]) if texts and c in texts else format_column(shown[c], sig) for c in cols}
     numeric = {c: pd.api.types.is_numeric_dtype(shown[c].dtype) and not pd.api.types.is_bool_dtype(shown[c].dtype)
                for c in cols}
     parts = [f'<div class="{SCROLL_CLASS}" style="overflow-x:auto;max-width:100%">']
-    parts.append('<table class="dataframe pdcalc">')
-    if caption:
-        parts.append(f"<caption>{html.escape(caption)}</caption>")
+    parts.append(f'<table class="dataframe pdcalc{f" {WIDE_CLASS}" if wide else ""}">')
+    if caption or wide:
+        why = (f'<span class="{WIDE_WHY_CLASS}">Wide table, scroll sideways: {html.escape(wide)}</span>'
+               if wide else "")
+        parts.append(f"<caption>{html.escape(caption or '')}{'<br>' if caption and wide else ''}{why}</caption>")
     widths = min_widths or {}
     parts.append("<thead><tr>" + "".join(
         f'<th style="text-align:{"right" if numeric[c] and numeric_right else "left"}'
@@ -109,6 +137,8 @@ def table_html(df: pd.DataFrame, *, index: bool = False, sig: int = SIG, caption
         cells = []
         for c in cols:
             body = cell_html[c][i] if cell_html and c in cell_html else html.escape(texts[c][i])
+            if c in quotes and body:
+                body = f'<span class="{QUOTE_CLASS}">{body}</span>'
             align = "right" if numeric[c] and numeric_right else "left"
             cells.append(f'<td style="text-align:{align}">{body}</td>')
         parts.append(f"<tr{rid}>" + "".join(cells) + "</tr>")

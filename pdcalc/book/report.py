@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from pdcalc.book.cells import powers_html, powers_text, readable, ratio_text, sig_text  # noqa: F401 (report's API)
 from pdcalc.model.inventory import CATEGORIES, get_inventory
 from pdcalc.model.quant import bytes_by_category, get_scheme
 
@@ -337,43 +338,6 @@ def latency_targets(ttft_ms: float | None = None, tpot_ms: float | None = None) 
 # presentation helpers of the DeepSeek-V4-Flash chapters (architecture, per_card, kv_memory,
 # transfer, pd_split): tables a reader reads, built from the functions above
 # ---------------------------------------------------------------------------------------------
-def sig_text(values, sig: int = 4) -> list[str]:
-    """Each value as text at ``sig`` significant figures, thousands separators, never in ``e`` notation.
-
-    Unlike a column printed with one number of decimals, a column whose values span several orders of
-    magnitude keeps every value readable: ``0.0007127`` and ``277.7``, not ``0.000713`` and
-    ``277.700000``. Trailing zeros after the point are dropped (``0.001``, ``24.8``); integers (and whole
-    numbers of at least ``sig`` digits) print exactly; a missing value prints as an empty string.
-
-    >>> sig_text([277.746811, 0.000712704, 1.0849, 12345.6, 0.001, 24.8, None])
-    ['277.7', '0.0007127', '1.085', '12,350', '0.001', '24.8', '']
-    """
-    import math
-
-    from pdcalc.core.precision import round_sig
-
-    out = []
-    for v in values:
-        if v is None or isinstance(v, str):
-            out.append("" if v is None else v)
-            continue
-        x = float(v)
-        if not math.isfinite(x):
-            out.append("")
-            continue
-        if float(x).is_integer() and abs(x) >= 10 ** (sig - 1):
-            out.append(f"{x:,.0f}")
-            continue
-        r = round_sig(x, sig)
-        if r == 0:
-            out.append("0")
-            continue
-        d = max(0, sig - 1 - math.floor(math.log10(abs(r))))
-        text = f"{r:,.{d}f}"
-        out.append(text.rstrip("0").rstrip(".") if "." in text else text)
-    return out
-
-
 def sig_table(df: pd.DataFrame, *, caption: str | None = None, csv_name: str | None = None, sig: int = 4,
               index: bool = False):
     """:func:`pdcalc.book.display.table` with every float column written value by value at ``sig``
@@ -536,23 +500,38 @@ def dp_sweep_table(side: str, sizes, *, model: str, quant: str, card, engine: st
 # tables with links, and the throughput model against published runs (v3_throughput, validation)
 # ---------------------------------------------------------------------------------------------
 def linked_table(df: pd.DataFrame, *, caption: str, csv_name: str, links: dict | None = None,
-                 nowrap: tuple = (), index: bool = False):
+                 nowrap: tuple = (), index: bool = False, readable_numbers: bool = False, prose: tuple = (),
+                 breakable: tuple = (), **kw):
     """:func:`pdcalc.book.display.table` whose cells in the columns of ``links`` link to a URL (``links`` maps a
     column to one URL or ``None`` per row; the CSV keeps the text), and whose ``nowrap`` columns keep
-    each cell on one line."""
+    each cell on one line. ``readable_numbers`` writes every float column value by value (:func:`readable`;
+    ``sig``, ``ratios``, ``ratio_sig`` and ``ratio_decimals`` are passed on to it); ``prose`` columns show a power
+    written ``10**9`` as 10<sup>9</sup> (:func:`powers_html`); ``breakable`` columns may wrap after an
+    underscore (a file name such as ``day_6_one_more_thing_..._overview.md`` that would otherwise widen the
+    table past the column). Other keywords go to ``table`` (``wide``, ``quotes``)."""
     import html
 
     from pdcalc.book.display import table
 
     shown = df.reset_index() if index else df
+    how = {k: kw.pop(k) for k in ("ratios", "ratio_sig", "ratio_decimals") if k in kw}
+    if "sig" in kw:
+        how["sig"] = kw["sig"]
+    if readable_numbers:
+        kw["texts"] = readable(shown, **how) | kw.get("texts", {})
     cells = {}
+    for col in prose:
+        cells[col] = [powers_html(html.escape("" if v is None else str(v))) for v in shown[col]]
+        kw["texts"] = kw.get("texts", {}) | {col: [powers_text("" if v is None else str(v)) for v in shown[col]]}
+    for col in breakable:
+        cells[col] = [html.escape("" if v is None else str(v)).replace("_", "_<wbr>") for v in shown[col]]
     for col in set(links or {}) | set(nowrap):
         texts = [html.escape("" if v is None or (isinstance(v, float) and v != v) else str(v)) for v in shown[col]]
         urls = (links or {}).get(col) or [None] * len(texts)
         style = ' style="white-space:nowrap"' if col in nowrap else ""
         cells[col] = [f'<a href="{html.escape(u)}"{style}>{t}</a>' if u else f"<span{style}>{t}</span>"
                       for t, u in zip(texts, urls)]
-    return table(shown, caption=caption, csv_name=csv_name, cell_html=cells)
+    return table(shown, caption=caption, csv_name=csv_name, cell_html=cells, **kw)
 
 
 def measurement_urls(ids) -> list:
@@ -591,9 +570,11 @@ def validation_display(shown: pd.DataFrame, *, caption: str, csv_name: str):
     main = s[["measurement", "layout", *value_cols, "predicted / measured", "band"]]
     urls = measurement_urls(main["measurement"])
     quotes = s[["measurement", "quote", "source"]]
-    body = linked_table(main, caption=caption, csv_name=csv_name, links={"measurement": urls}, nowrap=("band",)).data
+    # the ratio at three places: the bands it is held to are a few percent wide
+    body = linked_table(main, caption=caption, csv_name=csv_name, links={"measurement": urls}, nowrap=("band",),
+                        readable_numbers=True, ratio_decimals=3).data
     folded = fold(linked_table(quotes, caption=f"{caption}: what each source says", csv_name=f"{csv_name}-quotes",
-                               links={"measurement": urls}),
+                               links={"measurement": urls}, quotes=("quote",)),
                   f"the quote{'s' if len(quotes) > 1 else ''} and where to find {'them' if len(quotes) > 1 else 'it'}")
     return HTML(body + folded.data)
 
@@ -666,6 +647,24 @@ def errata_brief(page: str | None = None):
              "where": [f'<span style="white-space:nowrap">{html.escape(w)}</span>' for w in df["where"]]}
     return HTML(table(df, caption="the articles' most consequential errata, most severe first",
                       csv_name="errata", cell_html=cells).data)
+
+
+def served_misses(n: int = 12):
+    """:func:`pdcalc.reality.calibration.largest_misses` as a page shows it: measured and predicted at four
+    significant figures each, the 80 % range written out at three (``2,340 to 6,370``, never ``2.34e+03``), the
+    ratio at three."""
+    from pdcalc.book.display import figure_text, table
+    from pdcalc.reality.calibration import largest_misses, stored_held_out
+
+    held = stored_held_out()
+    df = largest_misses(held, n)
+    scale = {"output_tokens_per_s": ("output tokens/s", 1.0), "tpot_s": ("TPOT (ms)", 1e3)}
+    ranges = {(r.id, scale[r.metric][0]): f"{figure_text(r.low * scale[r.metric][1], 3)} to "
+                                         f"{figure_text(r.high * scale[r.metric][1], 3)}"
+              for r in held.itertuples() if r.metric in scale}
+    df["80 % range"] = [ranges[(run, fig)] for run, fig in zip(df["run"], df["figure"])]
+    return table(df, caption="the held-out points the served model misses most (output tokens/s and TPOT)",
+                 csv_name="validation-served-misses", texts=readable(df, ratios=("predicted / measured",)))
 
 
 def best_of(ranked, n: int) -> str:
