@@ -48,8 +48,14 @@ lock:
 
 venv: $(STAMP)
 
+# jupyter-book talks to each chapter's kernel over local TCP (127.0.0.1) without encryption, and ipykernel 7
+# logs a warning about it on every kernel start (one per chapter). Nothing crosses the machine, so the build
+# drops exactly that line from stderr; every other line, and jupyter-book's exit status, pass through.
+KERNEL_TCP_WARNING := Kernel is running over TCP without encryption
+WITHOUT_KERNEL_TCP_WARNING = { $(1) 2>&1 1>&3 | { grep -v -F '$(KERNEL_TCP_WARNING)' || true; } >&2; } 3>&1
+
 book: $(STAMP)
-	$(BIN)/jupyter-book build --all -W --keep-going .
+	$(call WITHOUT_KERNEL_TCP_WARNING,$(BIN)/jupyter-book build --all -W --keep-going .)
 	@echo
 	@echo "Book built. Open: file://$(CURDIR)/_build/html/index.html"
 
