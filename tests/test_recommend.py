@@ -389,3 +389,19 @@ def test_when_colocation_wins_the_answer_and_the_flags_are_the_colocated_layout(
             assert "--kv-transfer-config" in script and "--headless" not in script
         else:                              # nothing meets the targets: the result says which constraint fails
             assert rec.headline() == rec.reason and rec.reason.startswith("nothing fits")
+
+
+def test_the_article_layout_made_feasible_with_ep_is_compared_under_the_planners_model(v3):
+    """The V3 article's TP x DP holds every expert per replica and does not fit; one EP group over its cards is the
+    planner's co-located option of that size and TP, shown beside the recommendation with the reason it loses."""
+    pub = v3.published
+    r = v3.published_with_ep
+    assert pub.ep is None and r is not None
+    assert (int(r["size"]), int(r["tp"]), int(r["instances"])) == (pub.cards, pub.tp, 1)
+    table = v3.comparison().set_index("deployment")
+    row = table.loc[f"article with EP{pub.cards}: {labels_mod.aggregated_label(r)}"]
+    assert row["tokens/s per card"] == pytest.approx(float(r["tokens_per_s_per_card"]))
+    assert f"EP{pub.cards}" in v3.trade_off()
+    assert v3.colocated_wins and v3.fits    # this fixture's winner: the table names it, and the split it beats
+    assert list(table.index[:2]) == ["recommended: " + labels_mod.aggregated_label(v3.aggregated),
+                                     "best P/D split: " + v3.label]

@@ -187,6 +187,18 @@ class Recommendation(RecommendationText, RecommendationTables):
         return float(self.best[f"slack: {self.binding}"]) if self.fits else math.nan
 
     @property
+    def published_with_ep(self) -> pd.Series | None:
+        """The article's co-located TP x DP made one expert-parallel group over its cards, as the planner's
+        co-located option of that size and TP (same model and targets as the recommendation); ``None`` when the
+        article's layout is a P/D split, already uses EP, or the planner did not evaluate that option."""
+        pub = self.published
+        if self.plan is None or self.plan.aggregated is None or not isinstance(pub, Colocated) or pub.ep is not None:
+            return None
+        a = self.plan.aggregated
+        rows = a[(a["size"] == pub.cards) & (a["tp"] == pub.tp) & (a["instances"] == 1)]
+        return rows.iloc[0] if len(rows) else None
+
+    @property
     def colocated_wins(self) -> bool:
         """Whether the planner's best co-located layout beats every P/D split under the targets."""
         return self.plan is not None and self.plan.winner == "aggregated" and self.aggregated is not None

@@ -144,6 +144,23 @@ def colocated_why(label: str, limits: pd.DataFrame) -> str:
     return text + f"; what limits it first is {first['what it is']}, {first['slack (%)']:.0f}% from its limit."
 
 
+def ep_note(ep_row, answer_row, published) -> str:
+    """The article's co-located layout made one EP group over its cards (``ep_row``, a co-located row), against
+    the recommendation (``answer_row``): "" when there is no such row."""
+    if ep_row is None:
+        return ""
+    r = ep_row
+    text = (f" Made one expert-parallel group over its {int(r['cards']):,} cards (EP{int(r['cards'])}), as it must be "
+            f"to fit, the article's {published.label} serves {r['tokens_per_s_per_card']:,.0f} output tokens/s per "
+            f"card at a TPOT of {latency(r['tpot_s'])} and a TTFT of {latency(r['ttft_s'])}")
+    if not bool(r["feasible"]):
+        return text + f", and fails on {constraint_text(str(r['binding']))}."
+    if answer_row is None:
+        return text + "."
+    return text + (f"; the recommendation serves {answer_row['tokens_per_s_per_card'] / r['tokens_per_s_per_card']:.2f} "
+                   f"times that per card, the article's layout being held back by {constraint_text(str(r['binding']))}.")
+
+
 def latency(seconds) -> str:
     """A latency as a reader reads it: ms below a second, else s; "unbounded" for a saturated prefill."""
     if seconds is None or not math.isfinite(float(seconds)):
@@ -248,7 +265,7 @@ class RecommendationText:
                 f"TTFT of {latency(b['ttft_s'])} against {latency(a['ttft_s'])}.")
         if self.published_issue:
             text += f" The article's deployment {self.published_issue}."
-        return text
+        return text + ep_note(self.published_with_ep, self.answer_row, self.published)
     def limit_note(self) -> str:
         """The tightest constraints in one sentence (the shortfall when nothing fits)."""
         if not self.fits:
@@ -302,14 +319,21 @@ class RecommendationTables:
     def comparison(self) -> pd.DataFrame:
         """The recommended and the published deployment side by side, in the units a reader reads."""
         rows = []
-        if self.fits:
-            rows.append(comparison_row("recommended: " + self.label, self.best, pd_split=True))
+        split = comparison_row(("best P/D split: " if self.colocated_wins else "recommended: ") + self.label,
+                               self.best, pd_split=True) if self.fits else None
         if self.aggregated is not None:
-            rows.append(comparison_row("co-located alternative: " + aggregated_label(self.aggregated), self.aggregated,
-                             pd_split=False))
+            co = comparison_row(("recommended: " if self.colocated_wins else "co-located alternative: ")
+                                + aggregated_label(self.aggregated), self.aggregated, pd_split=False)
+            rows += [co, split] if self.colocated_wins else [split, co]
+        elif split is not None:
+            rows.append(split)
+        rows = [r for r in rows if r is not None]
         if self.published_row is not None:
             rows.append(comparison_row(f"article: {self.published.label}", self.published_row,
                              pd_split=isinstance(self.published, PDSplit)))
+        if self.published_with_ep is not None:
+            r = self.published_with_ep
+            rows.append(comparison_row(f"article with EP{int(r['cards'])}: {aggregated_label(r)}", r, pd_split=False))
         df = pd.DataFrame(rows, columns=["deployment", "cards used", "TTFT (ms)", "TPOT (ms)", "output tokens/s",
                                          "tokens/s per card", "meets every constraint", "limited by"])
         for col in ("TTFT (ms)", "TPOT (ms)"):
