@@ -192,3 +192,51 @@ def test_rerun_parameters_are_judged_before_any_run(tmp_path, name, value):
         validate("plan", {name: parsed})
     except PdcalcError as exc:
         assert "\n" not in str(exc) and str(exc).strip()
+
+
+#: A ``rope_scaling`` of V4-Flash's config with fields of any JSON kind (or the whole of it replaced).
+@st.composite
+def rope_scaling(draw):
+    scaling = dict(config("deepseek-v4-flash")["rope_scaling"])
+    if draw(st.integers(min_value=0, max_value=5)) == 0:
+        return draw(json_values)
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        key = draw(st.sampled_from(sorted(scaling) + ["mscale", "rope_type"]))
+        scaling[key] = draw(json_values)
+    return scaling
+
+
+@given(scaling=rope_scaling())
+def test_any_rope_scaling_gives_finite_buffers_or_one_line(tmp_path, scaling):
+    cfg = dict(config("deepseek-v4-flash"), rope_scaling=scaling)
+    path = _write(tmp_path, "config.json", _dump(cfg))
+    out = assert_clean(run_cli("memory", path, "--card", "ascend-910b2", "--ep", "8", "--max-num-batched-tokens",
+                               "8192", "--json"))
+    if out.code == 0:
+        buffers = out.json["load_buffers_bytes"]
+        assert all(math.isfinite(v) and v >= 0 for v in buffers.values()), buffers
+    else:
+        assert "rope_scaling" in out.err
+
+
+#: Card figures from below any real card to above the bounds, as TOML numbers.
+card_figures = st.one_of(st.floats(min_value=1e-320, max_value=1e20, allow_nan=False),
+                         st.sampled_from([1e-300, 5e-324, 1.0, 1e8, 1e9, 1e10, 1e11, 1e12, 2.0**50, 2.0**60]))
+
+
+@given(bw=card_figures, flops=card_figures, link=card_figures)
+@settings(max_examples=25)
+def test_any_accepted_card_gives_finite_steps(tmp_path, bw, flops, link):
+    text = (card().replace("hbm_bandwidth_bytes_per_s = 1.6e12", f"hbm_bandwidth_bytes_per_s = {bw!r}")
+            .replace("hbm_bandwidth_bytes_per_s_range = [1.2e12, 2.0e12]\n", "")
+            .replace("int8 = 752e12", f"int8 = {flops!r}").replace("intra_node_bytes_per_s = 196e9",
+                                                                  f"intra_node_bytes_per_s = {link!r}"))
+    path = _write(tmp_path, "card.toml", text)
+    out = assert_clean(run_cli("throughput", "deepseek-v3", "--card", path, "--tp", "8", "--dp", "4", "--context",
+                               "2048", "--concurrency", "80", "--quant", "w8a8", "--json"))
+    if out.code == 0:
+        json.loads(out.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+        for phase in out.json["phases"].values():
+            assert math.isfinite(phase["step_s"]) and phase["step_s"] > 0 and phase["tokens_per_s"] > 0
+    else:
+        assert path in out.err
