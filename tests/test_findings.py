@@ -43,17 +43,24 @@ def test_the_landing_page_leads_with_the_findings():
     links = re.findall(r'<a href="([a-z_0-9]+)\.html#(claim-[a-z0-9-]+)">', html)
     assert len(links) >= 6
     assert {(f.page, f.anchor) for a in ("v4", "v3") for f in findings.findings(a)} <= set(links)
-    assert html.count('href="what_to_run.html"') == 2  # one answer per article
+    assert html.count('href="what_to_run.html"') == 1  # the answers, above the findings
 
 
-def test_answer_links_to_what_to_run():
+def test_the_landing_page_opens_with_both_answers_for_each_cluster():
+    """One short line per cluster over one table of both objectives: each answer's layout and output in all, or
+    that nothing meets the targets; the same table What to run shows."""
     from pdcalc.audit.answers import article_cases
-
     from pdcalc.plan import objectives
 
-    for rec in article_cases().values():
-        h = findings_.answer_html(rec)
-        assert h.startswith("<p><b>What to run instead.</b> For the most output from all ") and 'href="what_to_run.html"' in h
-        for name, a in objectives.answers(rec.plan).items():       # each objective's answer, or that none meets
-            assert (a.layout in h and f"{a.output_tokens_per_s:,.0f} output tokens/s" in h) if a else \
-                "nothing on these cards meets the targets" in h
+    cases = article_cases()
+    h = findings_.answers_html(cases)
+    assert h.count('href="what_to_run.html"') == 1
+    for rec in cases.values():
+        assert findings_.cluster_text(rec) in h
+        table = objectives.answers_table(rec.plan)
+        for _, row in table.iterrows():
+            assert row["layout"] in h
+            if row["layout"] != "nothing meets the targets":
+                assert f"{row['tokens/s in all']:,.0f}" in h
+    intro = _outputs("intro")
+    assert intro.index("each article&#x27;s cluster, both objectives") < intro.index('class="pdcalc-findings"')

@@ -24,20 +24,44 @@ def html(article: str) -> str:
     return '<ol class="pdcalc-findings">' + "".join(items) + "</ol>"
 
 
-def answer_html(rec) -> str:
-    """The answer for an article's setting (:func:`pdcalc.audit.answers.article_cases`) to both objectives
-    (:mod:`pdcalc.plan.objectives`): the most output from the whole cluster, and the fewest cards for the
-    article's load; as a paragraph that links to the "what to run" chapter."""
+#: How the landing page and What to run name each article's model.
+MODEL_NAMES = {"deepseek-v4-flash": "DeepSeek-V4-Flash", "deepseek-v3": "DeepSeek-V3"}
+
+
+def cluster_text(rec) -> str:
+    """An article's setting in a few words: model, cluster and prompt length."""
+    from pdcalc.hardware.cards import get_card
+
+    s = rec.setup
+    name = MODEL_NAMES.get(str(s.model), str(s.model))
+    return (f"{name}, {s.cards:,} x {get_card(s.card).label.split(' (')[0]}, prompts of "
+            f"{rec.workload.prompt_tokens:,} tokens")
+
+
+def answers_html(cases: dict) -> str:
+    """What to run on each article's cluster, as the landing page opens with it: one short line per cluster
+    (:func:`pdcalc.plan.objectives.headline`) over one table of both objectives for every cluster
+    (:func:`pdcalc.plan.objectives.answers_table`), the targets and a link to What to run."""
+    import pandas as pd
+
     from pdcalc.book.display import table_html
     from pdcalc.plan import objectives
 
     e = _html.escape
-    if rec.plan is None:
-        text, table = e(rec.headline()[:1].upper() + rec.headline()[1:]) + ".", ""
-    else:
+    lines, frames = [], []
+    for key, rec in cases.items():
+        if rec.plan is None:
+            lines.append(f"<b>{e(cluster_text(rec))}:</b> {e(rec.headline())}.")
+            continue
         line = objectives.headline(rec.plan, "the article's load")
-        text = e(line[:1].upper() + line[1:]) + "."
-        table = table_html(objectives.answers_table(rec.plan),
-                           caption="both objectives on the article's cluster (served model; likely: the 80 % range)")
-    return (f"<p><b>What to run instead.</b> {text} The flags, the per-card memory and what limits each answer are "
-            f'in <a href="what_to_run.html">What to run</a>.</p>' + table)
+        lines.append(f"<b>{e(cluster_text(rec))}:</b> {e(line[:1].upper() + line[1:])}.")
+        frames.append(objectives.answers_table(rec.plan).assign(
+            objective=lambda d, k=key: k.upper() + ", " + d["objective"]))
+    tg = next((r.plan.targets for r in cases.values() if r.plan is not None), None)
+    if tg is not None and tg.ttft_s and tg.tpot_s:
+        lines.append(f"Targets: TTFT at most {objectives.seconds_text(tg.ttft_s)} and TPOT at most "
+                     f"{1e3 * tg.tpot_s:g} ms ({e(tg.short_source('TTFT'))}). The flags, the per-card memory and what "
+                     'limits each answer are in <a href="what_to_run.html">What to run</a>.')
+    table = table_html(pd.concat(frames), caption="each article's cluster, both objectives (served model; likely: "
+                                                  "the 80 % range)") if frames else ""
+    return "<p>" + "<br>".join(lines) + "</p>" + table
