@@ -435,3 +435,13 @@ def test_inference_config_errors_name_the_files_own_fields(write, change, named,
     for args in (("params", path, "--json"), ("memory", path, *MEM)):
         line = assert_refused(run_cli(*args), path, *named)
         assert not any(a in line for a in absent), line
+
+
+def test_a_card_below_any_real_one_is_refused_by_chapter_reruns(write, tmp_path):
+    tiny = card().replace("hbm_bandwidth_bytes_per_s = 1.6e12", "hbm_bandwidth_bytes_per_s = 1e-300").replace(
+        "hbm_bandwidth_bytes_per_s_range = [1.2e12, 2.0e12]\n", "")
+    path = write("tiny.toml", tiny)
+    for chapter in ("plan", "what_to_run", "per_card"):
+        assert_refused(run_cli("rerun", chapter, "-p", "card", path, "-o", str(tmp_path / "out")),
+                       "parameter 'card'", path, "hbm_bandwidth_bytes_per_s")
+    assert not (tmp_path / "out").exists()
