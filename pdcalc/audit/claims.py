@@ -198,7 +198,7 @@ def audit_table(ids: list[str] | None = None, *, article: str | None = None,
             return f"{x:,.0f}"
         whole = len(str(int(abs(x)))) if abs(x) >= 1 else 0
         d = min(_printed_decimals(printed) + 2, max(0, MAX_SIG - whole))
-        return f"{x:,.{d}f}"
+        return f"{x:,.0f}" if float(round(x, d)).is_integer() else f"{x:,.{d}f}"   # no trailing ".000"
 
     why, seen = [], {}
     for i, (sec, text) in enumerate(zip(df["section"], df["explanation"])):

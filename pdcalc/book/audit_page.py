@@ -13,7 +13,7 @@ import pandas as pd
 
 from pdcalc.audit import claims
 from pdcalc.audit.registry import SEVERITIES
-from pdcalc.book.display import SCROLL_CLASS, slug, table_html, verdict_badge
+from pdcalc.book.display import QUOTE_CLASS, SCROLL_CLASS, slug, table_html, verdict_badge
 
 
 def tally(ids: list[str]) -> str:
@@ -71,13 +71,19 @@ _AUDIT_COLUMNS = {"section": "§", "quantity": "quantity", "article": "article p
                   "verdict": "verdict"}
 
 
+def _cell(col: str, value) -> str:
+    """An audit cell: the article's printed text marked as a verbatim quote (its digits are the article's)."""
+    text = html.escape(str(value))
+    return f'<span class="{QUOTE_CLASS}">{text}</span>' if col == "article" and text else text
+
+
 def _audit_table(rows: pd.DataFrame, csv_name: str) -> str:
     """Audit rows as a table: one row per number, its explanation on a full-width line under it."""
     cols = list(_AUDIT_COLUMNS)
     head = "".join(f'<th style="text-align:left">{html.escape(h)}</th>' for h in _AUDIT_COLUMNS.values())
     body = []
     for r in rows.to_dict("records"):
-        cells = "".join(f'<td style="text-align:left">{html.escape(str(r[c]))}</td>' for c in cols[:-1])
+        cells = "".join(f'<td style="text-align:left">{_cell(c, r[c])}</td>' for c in cols[:-1])
         cells += f'<td style="text-align:left">{verdict_badge(r["verdict"], r["severity"])}</td>'
         body.append(f'<tr id="{claims.anchor(r["id"])}">{cells}</tr>')
         if r["why_html"]:

@@ -148,4 +148,6 @@ def page_table(df: pd.DataFrame, *, transpose: bool = False, csv_name: str | Non
         elif col != out.columns[0] and any(numeric.match(v) for v in values):   # numbers right-aligned, cell by cell
             cells[col] = [f'<span style="display:block;text-align:right">{html.escape(v)}</span>' if numeric.match(v)
                           else html.escape(v) for v in values]
-    return table(out.astype(str), caption=df.attrs["caption"], csv_name=csv_name or df.attrs["id"], cell_html=cells)
+    quotes = tuple(c for c in out.columns if str(c).startswith("article"))   # the article's digits, verbatim
+    return table(out.astype(str), caption=df.attrs["caption"], csv_name=csv_name or df.attrs["id"], cell_html=cells,
+                 quotes=quotes)

@@ -95,8 +95,8 @@ BANDS: dict[str, Band] = {
         "leaves only how the engine rounds its pool (whole blocks, a layer for the MTP draft); the summary "
         "line quoted combines two log lines: 5 %.")),
     "kv-bytes-unit": Band(0.99, 1.09, (
-        "Bytes per token are exact; the band spans both readings of the printed 'GB' (10**9 B as printed, "
-        "2**30 B as SGLang's memory pool computes it: a factor 1.074) and the 2-decimal rounding of 0.65.")),
+        "Bytes per token are exact; the band spans both readings of the printed 'GB' (10⁹ B as printed, "
+        "2³⁰ B as SGLang's memory pool computes it: a factor 1.074) and the 2-decimal rounding of 0.65.")),
     "throughput": Band(1 / 3, 3.0, (
         "A throughput entry without a band of its own in THROUGHPUT_BANDS (a new measurement): a factor of 3 "
         "either way until one is recorded; tests/test_validation.py requires one.")),

@@ -637,6 +637,14 @@ def held_out_table(held: pd.DataFrame | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _sig3(x: float) -> str:
+    """A figure at three significant figures with thousands separators, never in e-notation."""
+    from pdcalc.core.precision import round_sig
+
+    v = round_sig(float(x), 3)
+    return f"{v:,.{max(0, 2 - math.floor(math.log10(abs(v))))}f}" if v else "0"
+
+
 def largest_misses(held: pd.DataFrame | None = None, n: int = 12) -> pd.DataFrame:
     """The ``n`` held-out points of output tokens/s and TPOT the served model misses most, with their range and
     the pool their terms came from."""
@@ -648,7 +656,7 @@ def largest_misses(held: pd.DataFrame | None = None, n: int = 12) -> pd.DataFram
     return pd.DataFrame({"run": d["id"], "figure": d["metric"].map({"output_tokens_per_s": "output tokens/s",
                                                                     "tpot_s": "TPOT (ms)"}),
                          "measured": d["measured"] * scale, "predicted": d["predicted"] * scale,
-                         "80 % range": [f"{lo:,.3g} to {hi:,.3g}" for lo, hi in zip(d["low"] * scale, d["high"] * scale)],
+                         "80 % range": [f"{_sig3(lo)} to {_sig3(hi)}" for lo, hi in zip(d["low"] * scale, d["high"] * scale)],
                          "predicted / measured": d["ratio"], "terms from": d["pool"]}).reset_index(drop=True)
 
 
