@@ -65,3 +65,8 @@ def answers_html(cases: dict) -> str:
     table = table_html(pd.concat(frames), caption="each article's cluster, both objectives (served model; likely: "
                                                   "the 80 % range)") if frames else ""
     return "<p>" + "<br>".join(lines) + "</p>" + table
+
+
+def answer_html(rec) -> str:
+    """One article's answer as :func:`answers_html` gives it (the landing page answers every article at once)."""
+    return answers_html({str(rec.setup.model): rec})
