@@ -338,3 +338,26 @@ def test_planner_rows_carry_ranges_under_the_served_model_only():
     for col in ("tpot_s", "ttft_s", "tokens_per_s_per_card", "output_tokens_per_s"):
         assert b[f"{col}_low"] < b[col] < b[f"{col}_high"]
     assert not any(c.endswith(("_low", "_high")) for c in roof.ranked.columns)
+
+
+@pytest.mark.parametrize("workload,chunky", [
+    ({"prompt": 3500, "output": 1500, "concurrency": 1024, "num_prompts": 10_000_000}, False),
+    ({"prompt": 16_000_000, "output": 1500, "concurrency": 16, "num_prompts": 4096}, True),
+])
+def test_the_simulation_is_bounded_however_large_the_run(workload, chunky):
+    """A run of millions of prompts on an instance that cannot be scaled below one rank, or prompts far over the
+    token budget, simulate at most MAX_SIMULATED requests and MAX_STEPS prompt chunks."""
+    from pdcalc.layout.served import spec_from_dict
+    from pdcalc.perf import scheduler
+    from pdcalc.perf.served import served_tables
+
+    spec = spec_from_dict({"model": "deepseek-v4-flash", "card": "ascend-910c-die", "engine": "vllm-ascend",
+                           "prefill": {"instances": 1, "tp": 4, "dp": 4, "ep": 16},
+                           "decode": {"instances": 1, "tp": 1, "dp": 16, "ep": 16, "max_num_seqs": 60},
+                           "workload": workload})
+    t = served_tables(spec)
+    report = scheduler.simulate(t)
+    chunks = -(-workload["prompt"] // t.prefill.budget)
+    assert 0 < report.completed <= scheduler.MAX_SIMULATED
+    assert report.completed * chunks <= scheduler.MAX_STEPS
+    assert (chunks > 1) == chunky and report.output_tokens_per_s > 0

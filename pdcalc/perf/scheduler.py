@@ -34,6 +34,8 @@ from pdcalc.perf.served import ServedTables, ServedTerms, chunk_s
 SEED = 20261202
 #: Requests a simulation runs at most: a larger ``num_prompts`` is scaled down, keeping concurrency per request.
 MAX_SIMULATED = 4096
+#: At most this many prompt chunks are simulated (a prompt far over the token budget is many steps each).
+MAX_STEPS = 262_144
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,9 @@ def simulate(t: ServedTables, terms: ServedTerms = ServedTerms(), *, num_prompts
     its concurrency, at most :data:`MAX_SIMULATED`; a larger run is scaled down with its concurrency)."""
     w = t.spec.workload
     n = num_prompts or w.num_prompts or max(4 * (w.concurrency or 1), 64)
+    # a prompt far over the token budget is many steps: fewer requests keep the run to MAX_STEPS steps
+    chunks = max(1, math.ceil(w.prompt / max(1, t.prefill.budget)))
+    n = max(1, min(n, MAX_STEPS // chunks))
     scale = 1.0
     if n > MAX_SIMULATED:
         scale = MAX_SIMULATED / n
@@ -333,7 +338,7 @@ def _scaled(t: ServedTables, terms: ServedTerms, n: int, scale: float) -> _Sim:
     f = ranks_d / t.decode.ranks
     work = replace(w, concurrency=max(1, round(w.concurrency * f)) if w.concurrency else None,
                    request_rate=w.request_rate * f if w.request_rate not in (None, math.inf) else w.request_rate,
-                   num_prompts=max(1, round(n * f)))
+                   num_prompts=min(MAX_SIMULATED, max(1, round(n * f))))   # one rank is as small as it gets
     spec = replace(t.spec, workload=work)
     t2 = replace(t, spec=spec, decode=replace(t.decode, ranks=ranks_d, dp=dp_d),
                  prefill=replace(t.prefill, ranks=ranks_p if t.spec.disaggregated else ranks_d,
