@@ -181,36 +181,15 @@ def cmd_claims(args) -> int:
 
 def cmd_memory(args) -> int:
     from pdcalc.core.units import GB, GiB
-    from pdcalc.layout.memory import budget, card_weights
+    from pdcalc.layout.memory import budget, card_weights, memory_report
 
+    out = memory_report(args.model, args.card, quant=args.quant, ep=args.ep, tp=args.tp, mtp=args.mtp,
+                        redundant=args.redundant, utilization=args.utilization, overhead_bytes=args.overhead_gb * GB,
+                        max_num_batched_tokens=args.max_num_batched_tokens, context=args.context,
+                        engine=args.engine, kv_dtype=args.kv_dtype)
     w = card_weights(args.model, args.quant, ep=args.ep, tp=args.tp, mtp=args.mtp, redundant=args.redundant)
-    buffers = {}
-    if args.max_num_batched_tokens is not None:
-        from pdcalc.layout.memory import load_buffers
-        from pdcalc.model.kv_layout import default_engine
-
-        buffers = load_buffers(args.model, default_engine(args.card), max_num_batched_tokens=args.max_num_batched_tokens)
-    loaded = w.total_bytes + sum(buffers.values())
+    buffers, loaded = out["load_buffers_bytes"], out["loaded_bytes"]
     b = budget(args.card, loaded, utilization=args.utilization, overhead_bytes=args.overhead_gb * GB)
-    out = {
-        "model": args.model, "card": args.card, "quant": w.scheme, "ep": w.ep, "tp": w.tp, "mtp": w.mtp,
-        "experts_per_card": w.experts_per_card,
-        "weights_bytes": w.total_bytes, "weights_by_category_bytes": w.by_category,
-        "load_buffers_bytes": buffers, "loaded_bytes": loaded,
-        "class_i_bytes": w.class_i_bytes, "class_ii_bytes": w.class_ii_bytes,
-        "usable_bytes": b.usable_bytes, "usable_basis": f"{b.utilization} x {b.base_bytes:.0f} B visible",
-        "activations_and_framework_bytes": b.overhead_bytes, "left_for_kv_bytes": b.kv_bytes, "fits": b.fits, "verdict": b.verdict(),
-    }
-    if args.context is not None:
-        from pdcalc.model.kv_cache import kv_bytes, sequences_that_fit
-        from pdcalc.model.kv_layout import default_engine
-
-        engine = args.engine or default_engine(args.card)
-        r = kv_bytes(args.model, args.context, engine, include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)
-        out["kv"] = {"engine": engine, "kv_cache_dtype": args.kv_dtype or "auto", "context_tokens": args.context,
-                     "bytes_per_sequence": float(r.total_bytes),
-                     "sequences_that_fit": sequences_that_fit(b.kv_bytes, args.context, args.model, engine,
-                                                              include_mtp=args.mtp, kv_cache_dtype=args.kv_dtype)}
     if args.json:
         return _print_json(out, indent=2)
     layout = f"EP{w.ep} x TP{w.tp}" if w.ep else f"TP{w.tp}, no EP (every expert split over TP)"

@@ -510,3 +510,59 @@ def test_text_rules_on_blocks():
     excerpt = p.split(': "', 1)[1]
     assert excerpt.startswith("…x") and excerpt.endswith("y…\"") and "bytes / 2**30" in excerpt
     assert len(excerpt) <= 2 * check_site.TEXT_CONTEXT + 6
+
+
+def _whatif_html(*, falsify: bool = False, field: str = "weights per card") -> str:
+    """Real what-if output (pdcalc.book.whatif) over two EP groups of `pdcalc memory`, checked against the CLI; with
+    ``falsify`` the page's figure for the checked setting is wrong."""
+    import pandas as pd
+
+    from pdcalc.book import whatif
+    from pdcalc.core.units import GiB
+    from pdcalc.layout.memory import memory_report
+
+    rows = []
+    for ep in (16, 32):
+        r = memory_report("deepseek-v4-flash", "ascend-910b2", quant="w8a8-msmodelslim", ep=ep)
+        w = r["weights_bytes"] * (1.5 if falsify and ep == 16 else 1.0)
+        rows.append({"ep": ep, "weights per card": whatif.gib(w), "card": "ascend-910b2"})
+    check = whatif.check_spec(set_values={"ep": 16}, field=field,
+                              cli=["memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "16", "--quant",
+                                   "w8a8-msmodelslim", "--json"], json_path=["weights_bytes"], scale=1 / GiB,
+                              decimals=2)
+    chart = whatif.whatif_table(pd.DataFrame(rows), {"ep": "EP group (cards)", "card": "card"}, ["weights per card"],
+                                initial={"ep": 32, "card": "ascend-910b2"}, title="what-if", check=check)
+    return chart._repr_mimebundle_()["text/html"]
+
+
+@pytest.fixture(scope="module")
+def whatif_site(tmp_path_factory) -> Path:
+    import vega_offline
+
+    bundle, versions = vega_offline.make_bundle()
+    head = (f"<script>window.VEGA_DEBUG = {json.dumps(versions)};</script>"
+            '<script src="_static/vega-offline/vega-bundle.js"></script>')
+    root = tmp_path_factory.mktemp("site-whatif")
+    (root / "_static" / "vega-offline").mkdir(parents=True)
+    (root / "_static" / "vega-offline" / "vega-bundle.js").write_text(bundle, encoding="utf-8")
+    (root / "follows.html").write_text(_page(_whatif_html(), head), encoding="utf-8")
+    (root / "wrong-figure.html").write_text(_page(_whatif_html(falsify=True), head), encoding="utf-8")
+    return root
+
+
+@needs_chromium
+def test_a_whatif_chart_must_follow_its_controls_and_agree_with_the_command_line(whatif_site, capsys):
+    summaries: dict = {}
+    rc, problems = _run(whatif_site, capsys, summaries)
+    assert rc == 1 and "follows.html" not in problems
+    assert "live 1/1" in summaries["follows.html"] and "live 0/1" in summaries["wrong-figure.html"]
+    (msg,) = problems["wrong-figure.html"]
+    assert "weights per card" in msg and "pdcalc memory deepseek-v4-flash" in msg
+
+
+def test_live_checks_are_read_from_the_embedded_spec():
+    html = _whatif_html()
+    ((cid, check),) = check_site.live_checks(html)
+    assert cid.startswith("altair-viz-") and check["set"] == {"ep": 16} and check["json_path"] == ["weights_bytes"]
+    assert check_site.live_checks(_altair_html("no what-if")) == []
+    assert check_site.shown_number("21.60 GiB") == 21.6 and check_site.shown_number("7,407") == 7407.0

@@ -61,6 +61,10 @@ page without the theme) is 784 px wide. A page FAILS when
     elements is code, and quotes are quotes: neither is read, as in (h) (RAW_SYNTAX lists the patterns;
     a name in braces counts only when it is a MyST role or directive, MYST_NAMES, so that a tensor name
     pattern such as ``experts.{expert}.w1`` passes).
+(j) a what-if chart (live parameters, :mod:`pdcalc.book.whatif`) does not follow its controls or disagrees with
+    the command line: for each chart whose spec carries a ``usermeta.pdcalc`` check, the page's drop-downs are
+    set as the check says, the figure it names must change within 5 s, and it must equal what ``pdcalc`` prints
+    as JSON for the same inputs (the command is in the check), at the precision the page shows.
 
 Each page gets one summary line (charts, requests, visible-code share, widest table against the
 column, truncated tables, trailing-zero numbers, raw syntax); each problem one line naming the page,
@@ -117,7 +121,8 @@ DOM_PROBE = r"""
     const el = document.getElementById(id);
     if (!el) { out.charts[id] = "missing: no element with this id in the DOM"; continue; }
     const err = el.querySelector(".error");
-    const view = el.querySelector('[role="graphics-document"]');
+    // vega-embed wraps the view in a graphics-document unless the chart hides its actions (what-if charts)
+    const view = el.querySelector('[role="graphics-document"]') || el.querySelector("svg.marks");
     const marks = el.querySelectorAll('[class*="mark-"]').length;
     const canvas = el.querySelector("canvas");
     const painted = canvas && canvas.width > 0 && canvas.height > 0;
@@ -338,6 +343,8 @@ class PageResult:
     wide_tables: int = 0  # tables wider than the column (rule f), said why or not
     trailing_zeros: int = 0  # numbers printed with .00 (rule h)
     raw_syntax: int = 0  # raw MyST or Python syntax in prose (rule i)
+    live_checked: int = 0  # what-if charts changed and compared with the command line (rule j)
+    live_expected: int = 0
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -532,6 +539,96 @@ def page_network_requests(events: list[dict]) -> list[str]:
     return urls
 
 
+def live_checks(html: str) -> list[tuple[str, dict]]:
+    """Rule (j): the what-if charts of a page, as (element id, ``usermeta.pdcalc`` check) pairs, read from the
+    specs Altair's loader embeds (:mod:`pdcalc.book.whatif`)."""
+    out = []
+    dec = json.JSONDecoder()
+    for m in re.finditer(r'getElementById\("(altair-viz-[0-9a-f]+)"\)', html):
+        start = html.find("})(", m.end())
+        if start < 0:
+            continue
+        try:
+            spec, _ = dec.raw_decode(html, start + 3)
+        except ValueError:
+            continue
+        check = (spec.get("usermeta") or {}).get("pdcalc")
+        if check:
+            out.append((m.group(1), check))
+    return out
+
+
+def cli_value(check: dict) -> float | str:
+    """What ``pdcalc`` prints for a what-if check's inputs: its JSON at ``json_path``, scaled and rounded."""
+    cmd = [sys.executable, "-c", "import sys; from pdcalc.cli import main; sys.exit(main())", *check["cli"]]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"pdcalc {' '.join(check['cli'])} exited {done.returncode}: {done.stderr.strip()[:200]}")
+    value = json.loads(done.stdout)
+    for key in check["json_path"]:
+        value = value[key]
+    if check.get("decimals") is None:
+        return str(value)
+    return round(float(value) * float(check.get("scale", 1.0)), int(check["decimals"]))
+
+
+def shown_number(text: str) -> float | None:
+    """The first number of a figure as a page shows it ("21.60 GiB", "7,407")."""
+    m = re.search(r"-?[\d,]*\.?\d+", text)
+    return float(m.group(0).replace(",", "")) if m else None
+
+
+LIVE_PROBE = r"""
+(async () => {
+  const root = document.getElementById(%ID%);
+  if (!root) return {error: "chart element not found"};
+  const set = %SET%, want = %FIELD% + "=";
+  const read = () => { const el = [...root.querySelectorAll("[aria-label]")]
+                          .find(e => e.getAttribute("aria-label").startsWith(want));
+                       return el ? el.getAttribute("aria-label").slice(want.length) : null; };
+  const before = read();
+  for (const [col, v] of Object.entries(set)) {
+    const sel = root.querySelector(`select[name="p_${col}"]`);
+    if (!sel) return {error: `no control for ${col}`};
+    const i = [...sel.options].findIndex(o => o.value === String(v) || o.textContent.trim() === String(v));
+    if (i < 0) return {error: `control ${col} offers no ${v}`};
+    sel.selectedIndex = i;
+    sel.dispatchEvent(new Event("change", {bubbles: true}));
+    sel.dispatchEvent(new Event("input", {bubbles: true}));
+  }
+  const t0 = performance.now();
+  let now = read();
+  while (performance.now() - t0 < 5000 && now === before) {
+    await new Promise(r => setTimeout(r, 50));
+    now = read();
+  }
+  return {before, now, ms: performance.now() - t0};
+})()
+"""
+
+
+def run_live_check(evaluate, cid: str, check: dict) -> str | None:
+    """Change a what-if chart's controls in the page, wait for the redraw and compare the figure it then shows with
+    the command line's for the same inputs; a problem, or None."""
+    try:
+        expected = cli_value(check)
+    except (RuntimeError, subprocess.TimeoutExpired, KeyError, TypeError, ValueError) as exc:
+        return f"what-if #{cid}: the command line gave no value ({exc})"
+    probe = (LIVE_PROBE.replace("%ID%", json.dumps(cid)).replace("%SET%", json.dumps(check["set"]))
+             .replace("%FIELD%", json.dumps(check["field"])))
+    got = evaluate(probe, await_promise=True)
+    if got.get("error"):
+        return f"what-if #{cid}: {got['error']}"
+    shown = got.get("now")
+    if shown is None or shown == got.get("before"):
+        return f"what-if #{cid}: {check['field']!r} did not change within 5 s of setting {check['set']}"
+    value = shown if isinstance(expected, str) else shown_number(shown)
+    if value != expected:
+        return (f"what-if #{cid}: after {check['set']} the page shows {check['field']} = {shown!r}; "
+                f"pdcalc {' '.join(check['cli'])} gives {expected!r}")
+    return None
+
+
 def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: float, keep: Path | None) -> PageResult:
     t0 = time.monotonic()
     rel = str(page.relative_to(site))
@@ -593,6 +690,14 @@ def check_page(page: Path, site: Path, *, load_timeout: float, chart_timeout: fl
         evaluate("Promise.race([document.fonts.ready.then(() => true),"
                  " new Promise(r => setTimeout(() => r(false), 5000))])", await_promise=True)
         layout = evaluate(layout_probe())
+        # (j) what-if charts: change a control, wait for the redraw, compare with the command line
+        for cid, chk in live_checks(html):
+            result.live_expected += 1
+            problem = run_live_check(evaluate, cid, chk)
+            if problem:
+                result.problems.append(problem)
+            else:
+                result.live_checked += 1
     except Exception as exc:  # noqa: BLE001 - a page that breaks the browser is a failed page
         result.problems.append(f"browser error: {type(exc).__name__}: {exc}")
     finally:
@@ -813,7 +918,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{verdict:4}  {r.page:<{width}}  charts {r.drawn_charts}/{r.expected_charts} drawn  "
               f"{r.requests:3d} requests  {code} (limit {100 * MAX_CODE_SHARE:g} %)  "
               f"widest table {r.widest_table:4.0f}/{column} px  {r.truncated_tables} truncated  "
-              f"{r.wide_tables} wide  {r.trailing_zeros} .00  {r.raw_syntax} raw syntax  {r.seconds:4.1f} s")
+              f"{r.wide_tables} wide  {r.trailing_zeros} .00  {r.raw_syntax} raw syntax  "
+              f"live {r.live_checked}/{r.live_expected}  {r.seconds:4.1f} s")
     for r in failed:
         for problem in r.problems:
             print(f"check-site: FAIL {r.page}: {problem}")

@@ -321,3 +321,39 @@ def load_buffers(model, engine: str = "vllm-ascend", *, max_num_batched_tokens: 
             "MTP hidden buffer": (tokens * cfg.hc_mult * cfg.hidden_size * 2.0
                                   if cfg.num_nextn_predict_layers else 0.0),
             "top-k indices": tokens * cfg.index_topk * 4.0}
+
+
+def memory_report(model, card, *, quant: str | None = None, ep: int | None = None, tp: int = 1, mtp: bool = True,
+                  redundant: int = 0, utilization: float = 0.9, overhead_bytes: float = D_OVERHEAD_BYTES,
+                  max_num_batched_tokens: int | None = None, context: int | None = None, engine: str | None = None,
+                  kv_dtype: str | None = None) -> dict:
+    """One card of an EP x TP layout as ``pdcalc memory --json`` reports it: weights by category, the buffers the
+    engine builds at ``max_num_batched_tokens``, usable memory, activations and framework, what is left for the KV
+    cache and, with ``context``, the KV cache of one such sequence and how many fit (book pages with live
+    parameters read the same dict)."""
+    from pdcalc.model.kv_cache import kv_bytes, sequences_that_fit
+    from pdcalc.model.kv_layout import default_engine
+
+    w = card_weights(model, quant, ep=ep, tp=tp, mtp=mtp, redundant=redundant)
+    buffers = ({} if max_num_batched_tokens is None else
+               load_buffers(model, default_engine(card), max_num_batched_tokens=max_num_batched_tokens))
+    loaded = w.total_bytes + sum(buffers.values())
+    b = budget(card, loaded, utilization=utilization, overhead_bytes=overhead_bytes)
+    out = {
+        "model": model, "card": card, "quant": w.scheme, "ep": w.ep, "tp": w.tp, "mtp": w.mtp,
+        "experts_per_card": w.experts_per_card,
+        "weights_bytes": w.total_bytes, "weights_by_category_bytes": w.by_category,
+        "load_buffers_bytes": buffers, "loaded_bytes": loaded,
+        "class_i_bytes": w.class_i_bytes, "class_ii_bytes": w.class_ii_bytes,
+        "usable_bytes": b.usable_bytes, "usable_basis": f"{b.utilization} x {b.base_bytes:.0f} B visible",
+        "activations_and_framework_bytes": b.overhead_bytes, "left_for_kv_bytes": b.kv_bytes, "fits": b.fits,
+        "verdict": b.verdict(),
+    }
+    if context is not None:
+        eng = engine or default_engine(card)
+        r = kv_bytes(model, context, eng, include_mtp=mtp, kv_cache_dtype=kv_dtype)
+        out["kv"] = {"engine": eng, "kv_cache_dtype": kv_dtype or "auto", "context_tokens": context,
+                     "bytes_per_sequence": float(r.total_bytes),
+                     "sequences_that_fit": sequences_that_fit(b.kv_bytes, context, model, eng, include_mtp=mtp,
+                                                              kv_cache_dtype=kv_dtype)}
+    return out
