@@ -164,3 +164,15 @@ def test_book_config_is_strict_and_offline():
     assert "vega_offline" in config["sphinx"]["local_extensions"]
     ext_dir = REPO / config["sphinx"]["local_extensions"]["vega_offline"]
     assert (ext_dir / "vega_offline.py").exists()
+
+
+def test_every_data_file_ships_with_the_package(pyproject):
+    """A file under pdcalc/data that no package-data pattern names is missing from an installed pdcalc."""
+    from fnmatch import fnmatch
+
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["pdcalc"]
+    data = REPO / "pdcalc" / "data"
+    files = [p.relative_to(REPO / "pdcalc").as_posix() for p in data.rglob("*") if p.is_file()]
+    assert files
+    loose = [f for f in files if not any(fnmatch(f, pat) or fnmatch(f, pat.replace("**/", "")) for pat in patterns)]
+    assert loose == []
