@@ -112,7 +112,7 @@ def weights_chart(bars: pd.DataFrame):
     w = base.mark_bar(color="#4c78a8").encode(x=x, y=alt.Y("weights (GiB):Q", title="GiB per card"),
                                               tooltip=["EP group (cards)", "weights (GiB)"])
     u = base.mark_line(strokeDash=[4, 4], color="gray").encode(x=x, y="usable (GiB):Q")
-    return (w + u).properties(width=VALUE_PX + 200, height=200,
+    return (w + u).properties(width=VALUE_PX, height=200,
                               title="weights per card (bars) against the usable memory (dashed)")
 
 
@@ -121,11 +121,11 @@ def capacity_chart(points: pd.DataFrame):
     ``context (tokens)``, ``sequences``): for :func:`whatif_table`'s ``chart``."""
     import altair as alt
 
-    x = alt.X("context (tokens):Q", title="context (tokens)", scale=alt.Scale(type="log"))
+    x = alt.X("context (tokens):Q", title="context (tokens)", scale=alt.Scale(type="log", nice=False))
     return alt.Chart(points).mark_line(point=True).encode(
         x=x, y=alt.Y("sequences:Q", title="sequences per D card"),
         tooltip=["context (tokens)", "sequences"]).properties(
-        width=VALUE_PX + 200, height=200, title="sequences that fit on a D card against their context")
+        width=VALUE_PX, height=200, title="sequences that fit on a D card against their context")
 
 
 # ---------------------------------------------------------------------------------------------
