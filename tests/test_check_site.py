@@ -528,7 +528,7 @@ def _whatif_html(*, falsify: bool = False, field: str = "weights per card") -> s
         rows.append({"ep": ep, "weights per card": whatif.gib(w), "card": "ascend-910b2"})
     check = whatif.check_spec(set_values={"ep": 16}, field=field,
                               cli=["memory", "deepseek-v4-flash", "--card", "ascend-910b2", "--ep", "16", "--quant",
-                                   "w8a8-msmodelslim", "--json"], json_path=["weights_bytes"], scale=1 / GiB,
+                                   "w8a8-msmodelslim", "--json"], json_path=["weights_bytes"], divide_by=GiB,
                               decimals=2)
     chart = whatif.whatif_table(pd.DataFrame(rows), {"ep": "EP group (cards)", "card": "card"}, ["weights per card"],
                                 initial={"ep": 32, "card": "ascend-910b2"}, title="what-if", check=check)

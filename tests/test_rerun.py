@@ -109,8 +109,9 @@ def table_rows(nb, marker: str) -> dict[str, dict[str, float]]:
 
 
 def chart_html(nb) -> str:
-    (html,) = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code"
-               for o in c.outputs if "vegaEmbed" in o.get("data", {}).get("text/html", "")]
+    (html,) = [h for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               for h in [o.get("data", {}).get("text/html", "")]
+               if "vegaEmbed" in h and '"pdcalc": {"set"' not in h]        # the chapter's chart, not its what-if
     return html
 
 

@@ -569,7 +569,7 @@ def cli_value(check: dict) -> float | str:
         value = value[key]
     if check.get("decimals") is None:
         return str(value)
-    return round(float(value) * float(check.get("scale", 1.0)), int(check["decimals"]))
+    return round(float(value) / int(check.get("divide_by", 1)), int(check["decimals"]))
 
 
 def shown_number(text: str) -> float | None:

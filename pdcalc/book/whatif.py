@@ -84,12 +84,12 @@ def _without(pick, chart, params):
     return out if out is not None else alt.datum[next(iter(params))] == alt.datum[next(iter(params))]
 
 
-def check_spec(*, set_values: dict, field: str, cli: list[str], json_path: list, scale: float = 1.0,
+def check_spec(*, set_values: dict, field: str, cli: list[str], json_path: list, divide_by: int = 1,
                decimals: int | None = None) -> dict:
     """What ``make check-site`` does with a what-if chart: set each control (column -> value), read ``field``,
-    and compare it with ``pdcalc CLI... --json`` at ``json_path``, times ``scale``, rounded to ``decimals`` (None:
-    compared as text)."""
-    return {"set": set_values, "field": field, "cli": cli, "json_path": json_path, "scale": scale,
+    and compare it with ``pdcalc CLI... --json`` at ``json_path``, divided by ``divide_by`` (a unit in bytes, say),
+    rounded to ``decimals`` (None: compared as text)."""
+    return {"set": set_values, "field": field, "cli": cli, "json_path": json_path, "divide_by": int(divide_by),
             "decimals": decimals}
 
 
