@@ -2,7 +2,8 @@
 #   make book         .venv (from pyproject extras) + strict HTML build of the book
 #   make test         .venv + unit tests + every chapter re-executed and compared (nbval)
 #   make check-site   headless Chromium opens every page of _build/html (charts drawn, no request
-#                     outside the site, no error output, no truncated or too-wide table, code <= 3 %)
+#                     outside the site, no error output, no truncated or too-wide table, code <= 3 %,
+#                     live parameters that follow and agree with the command line)
 #   make refresh      re-execute the committed chapters in place (outputs to commit)
 #   make bench        wall times: unit tests, nbval, strict build, chapters, plan at 8,192 cards
 #   make lock         re-resolve requirements-lock.txt from pyproject.toml (then `make refresh`)
@@ -30,7 +31,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 .PHONY: help venv book test test-unit test-nbval check-site refresh bench lock clean distclean
 
 help:
-	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
 
 $(STAMP): pyproject.toml $(LOCK)
 	@if [ ! -x "$(PY)" ]; then echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); fi
