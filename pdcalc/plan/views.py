@@ -166,7 +166,9 @@ def latency(seconds) -> str:
     if seconds is None or not math.isfinite(float(seconds)):
         return "unbounded (prefill saturated)"
     x = float(seconds)
-    return f"{x:,.2f} s" if x >= 1 else f"{1e3 * x:,.1f} ms" if x >= 1e-3 else f"{1e3 * x:.3g} ms"
+    if x >= 1:   # three significant figures in seconds, never an empty ".00"
+        return f"{x:,.0f} s" if x >= 100 else f"{x:.1f} s" if x >= 10 else f"{x:.2f} s"
+    return f"{1e3 * x:,.1f} ms" if x >= 1e-3 else f"{1e3 * x:.3g} ms"
 
 
 def ranged(row, col: str, fmt=None) -> str:
