@@ -352,7 +352,7 @@ def test_the_simulation_is_bounded_however_large_the_run(workload, chunky):
     from pdcalc.perf.served import served_tables
 
     spec = spec_from_dict({"model": "deepseek-v4-flash", "card": "ascend-910c-die", "engine": "vllm-ascend",
-                           "prefill": {"instances": 1, "tp": 4, "dp": 4, "ep": 16},
+                           "prefill": {"instances": 1, "tp": 4, "dp": 4, "ep": 16, "max_num_batched_tokens": 16384},
                            "decode": {"instances": 1, "tp": 1, "dp": 16, "ep": 16, "max_num_seqs": 60},
                            "workload": workload})
     t = served_tables(spec)
@@ -361,3 +361,32 @@ def test_the_simulation_is_bounded_however_large_the_run(workload, chunky):
     assert 0 < report.completed <= scheduler.MAX_SIMULATED
     assert report.completed * chunks <= scheduler.MAX_STEPS
     assert (chunks > 1) == chunky and report.output_tokens_per_s > 0
+
+
+def test_engine_limits_follow_each_engines_own_defaults():
+    """Where a spec leaves the limits unset, each engine's default applies as its code sets it (the constants are
+    the ones its quoted code names), divided over SGLang's DP-attention ranks; a stated limit always wins."""
+    from pdcalc.layout.served import spec_from_dict
+    from pdcalc.perf import engine_limits as el
+
+    def limits(engine, card, model, role, **extra):
+        spec = spec_from_dict({"model": model, "card": card, "engine": engine, "serve": role,
+                               "workload": {"prompt": 1024, "output": 256, "concurrency": 8}, **extra})
+        return el.engine_limits(spec, spec.serve, fallback_seqs=7, fallback_budget=9)
+
+    assert f"max_running_requests={el.SGLANG_V4_RUNNING}" in el.SOURCES["sglang-v4"]
+    assert all(str(v) in el.SOURCES["vllm"] for v in (*el.VLLM_LARGE, *el.VLLM_SMALL))
+    assert str(el.SGLANG_CHUNK[-1][1]) in el.SOURCES["sglang-chunk"] and str(el.SGLANG_CHUNK_LARGEST) in el.SOURCES["sglang-chunk"]
+    v4 = limits("sglang", "b200", "deepseek-v4-flash", {"tp": 1, "dp": 4, "ep": 4})
+    assert v4.max_seqs * 4 == el.SGLANG_V4_RUNNING and v4.budget * 4 == el.SGLANG_CHUNK_LARGEST
+    v3 = limits("sglang", "h200", "deepseek-v3", {"tp": 8, "dp": 1})
+    assert v3.max_seqs is None and v3.budget == el.SGLANG_CHUNK[-1][1]
+    assert (limits("vllm", "h200", "deepseek-v3", {"tp": 8, "dp": 1}).max_seqs,
+            limits("vllm", "h200", "deepseek-v3", {"tp": 8, "dp": 1}).budget) == el.VLLM_LARGE
+    small = limits("vllm-ascend", "ascend-910c-die", "deepseek-v3", {"tp": 16, "dp": 2})
+    assert (small.max_seqs, small.budget) == el.VLLM_SMALL
+    stated = limits("vllm-ascend", "ascend-910c-die", "deepseek-v3",
+                    {"tp": 16, "dp": 2, "max_num_seqs": 3, "max_num_batched_tokens": 5})
+    assert (stated.max_seqs, stated.budget, stated.seqs_from) == (3, 5, "the spec")
+    other = limits("trtllm", "h200", "deepseek-v3", {"tp": 8, "dp": 1})
+    assert (other.max_seqs, other.budget) == (7, 9)

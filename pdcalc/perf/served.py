@@ -39,15 +39,17 @@ from pdcalc.model.config import load_config
 from pdcalc.model.kv_cache import kv_bytes
 from pdcalc.model.kv_layout import default_engine
 from pdcalc.model.quant import default_scheme_on
+from pdcalc.perf.engine_limits import engine_limits
 from pdcalc.perf.speculative import accepted_tokens, dataset_acceptance
 from pdcalc.perf.step import step
 from pdcalc.perf.traffic import kv_step_kwargs
 from pdcalc.perf.transfer import exposed_seconds, fit_link
 
-#: Tokens per scheduler step per DP rank where a spec gives no ``max_num_batched_tokens`` (vLLM's and SGLang's
-#: chunked-prefill default on large GPUs: ``max_num_batched_tokens`` / ``--chunked-prefill-size`` 8192).
+#: Tokens per scheduler step per DP rank where a spec gives no ``max_num_batched_tokens`` and its engine's
+#: default is not known here (:func:`engine_limits`): vLLM's and SGLang's chunked-prefill default on 70-160 GiB
+#: GPUs (``max_num_batched_tokens`` / ``--chunked-prefill-size`` 8192).
 DEFAULT_TOKEN_BUDGET = 8192
-#: Sequences per DP rank where a spec gives no ``max_num_seqs`` (vLLM's default ``max_num_seqs``).
+#: Sequences per DP rank where a spec gives no ``max_num_seqs`` and its engine's default is not known here.
 DEFAULT_MAX_SEQS = 256
 #: ``gpu_memory_utilization`` (vLLM's default) and activations plus framework memory per card (the planner's
 #: D-card figure, :class:`pdcalc.plan.workload.Setup`).
@@ -146,12 +148,13 @@ def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine:
     kw = dict(tp=role.tp, dp=role.dp, ep=role.ep, quant=quant, costs="published", graph=spec.graph,
               **_kv_kwargs(spec, engine))
     weights, kv_seqs, fits, short = _memory(spec, role, quant, engine)
-    max_batch = float(min(role.max_num_seqs or DEFAULT_MAX_SEQS, max(kv_seqs, 1.0)))
+    lim = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET)
+    max_batch = float(max(kv_seqs, 1.0) if lim.max_seqs is None else min(lim.max_seqs, max(kv_seqs, 1.0)))
     batch = np.unique(np.round(np.geomspace(1, max(max_batch, 1.0), BATCH_GRID), 3))
     P = w.mean_prompt
     dec = step(spec.model, spec.card, context=round(P + w.mean_output / 2), concurrency=batch * role.dp, phase="decode",
                mtp_steps=mtp_steps, mtp_acceptance=acceptance, **kw)
-    budget = role.max_num_batched_tokens or DEFAULT_TOKEN_BUDGET
+    budget = lim.budget
     chunks = np.unique(np.round(np.geomspace(16, budget, 24)))
     pf = step(spec.model, spec.card, context=round(P), concurrency=role.dp * chunks / P, phase="prefill",
               whole_prompts=False, **kw)

@@ -1,0 +1,99 @@
+"""What a serving engine schedules when its launch leaves the limits unset: sequences a DP rank decodes at once
+and prompt tokens it takes per step. A served run is held to these (:func:`pdcalc.perf.served.served_tables`)
+as well as to the KV cache a card holds.
+
+Each rule is the engine's own code, quoted in :data:`SOURCES`:
+
+- vLLM (and the engines built on its scheduler: vllm-ascend, omni-infer): ``max_num_seqs`` 1,024 and
+  ``max_num_batched_tokens`` 8,192 for the API server on a device of at least 70 GiB that is not an A100,
+  else 256 and 2,048 (``EngineArgs.get_batch_defaults``). Ascend devices hold 64 GiB and take the second row.
+- SGLang: ``--chunked-prefill-size`` by device memory (8,192 below 160 GiB, 16,384 above, smaller on small
+  GPUs), divided over the DP ranks under DP attention; DeepSeek-V4 is admitted up to
+  ``max_running_requests`` 256 per server, divided over the DP ranks. Other models are held by their KV cache
+  only. On Ascend NPUs SGLang takes its NPU defaults, which are not read here: the chunk is the fallback.
+- Other engines: :data:`pdcalc.perf.served.DEFAULT_MAX_SEQS` and ``DEFAULT_TOKEN_BUDGET``.
+
+A limit the spec states (``max_num_seqs``, ``max_num_batched_tokens``, per DP rank) always wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdcalc.core.units import GiB
+from pdcalc.hardware.cards import get_card
+from pdcalc.model.config import load_config
+
+#: The engine code each rule reads, with its words.
+SOURCES = {
+    "vllm": ("vllm-project/vllm, vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults: 'if device_memory >= 70 "
+             "* GiB_bytes and \"a100\" not in device_name: ... UsageContext.OPENAI_API_SERVER: 8192 ... "
+             "UsageContext.OPENAI_API_SERVER: 1024 ... else: ... UsageContext.OPENAI_API_SERVER: 2048 ... "
+             "UsageContext.OPENAI_API_SERVER: 256'"),
+    "sglang-chunk": ("sgl-project/sglang, python/sglang/srt/server_args.py, _handle_gpu_memory_settings: "
+                     "'elif gpu_mem < 160 * 1024: # H20, H200 ... self.chunked_prefill_size = 8192 ... else: # "
+                     "B200, MI300 ... self.chunked_prefill_size = 16384'; under DP attention the size is divided "
+                     "by dp_size"),
+    "sglang-v4": ("sgl-project/sglang, python/sglang/srt/arg_groups/deepseek_v4_hook.py, apply_deepseek_v4_defaults: "
+                  "'if cfg.max_running_requests is None: declare_resolution(server_args, "
+                  "\"apply_deepseek_v4_defaults\", max_running_requests=256'; the scheduler of each DP rank takes "
+                  "max_running_requests // dp_size"),
+}
+
+#: vLLM: the device memory from which the larger defaults apply, and the two rows (sequences, tokens).
+VLLM_LARGE_DEVICE_BYTES = 70 * GiB
+VLLM_LARGE = (1024, 8192)
+VLLM_SMALL = (256, 2048)
+#: SGLang's ``--chunked-prefill-size`` by device memory: (below this many bytes, size), then the largest.
+SGLANG_CHUNK = ((20 * GiB, 2048), (35 * GiB, 2048), (60 * GiB, 4096), (160 * GiB, 8192))
+SGLANG_CHUNK_LARGEST = 16384
+#: SGLang's admission limit for DeepSeek-V4 (per server, over its DP ranks).
+SGLANG_V4_RUNNING = 256
+#: Engines that run vLLM's scheduler and its defaults.
+VLLM_FAMILY = ("vllm", "vllm-ascend", "omni-infer")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A DP rank's limits: sequences it decodes at once (``None``: its KV cache only) and prompt tokens per
+    step, and where each came from."""
+
+    max_seqs: int | None
+    budget: int
+    seqs_from: str
+    budget_from: str
+
+
+def _device_bytes(card) -> float:
+    return card.hbm_visible_bytes or card.hbm_bytes
+
+
+def _is_v4(model) -> bool:
+    return load_config(model).model_type.startswith("deepseek_v4")
+
+
+def engine_limits(spec, role, *, fallback_seqs: int, fallback_budget: int) -> Limits:
+    """The limits of one DP rank of ``role`` in ``spec`` (:class:`pdcalc.layout.served.ServedSpec`)."""
+    card = get_card(spec.card)
+    mem = _device_bytes(card)
+    dp = max(role.dp, 1)
+    seqs, budget = fallback_seqs, fallback_budget
+    seqs_from = budget_from = "assumed (the engine's default is not read here)"
+    if spec.engine in VLLM_FAMILY:
+        large = mem >= VLLM_LARGE_DEVICE_BYTES and "a100" not in card.name
+        seqs, budget = VLLM_LARGE if large else VLLM_SMALL
+        seqs_from = budget_from = SOURCES["vllm"]
+    elif spec.engine == "sglang":
+        if card.family == "nvidia":
+            budget = next((size for below, size in SGLANG_CHUNK if mem < below), SGLANG_CHUNK_LARGEST)
+            budget_from = SOURCES["sglang-chunk"]
+        budget = max(budget // dp, 1)
+        if _is_v4(spec.model):
+            seqs, seqs_from = max(SGLANG_V4_RUNNING // dp, 1), SOURCES["sglang-v4"]
+        else:
+            seqs, seqs_from = None, "the KV cache (SGLang admits what its KV pool holds)"
+    if role.max_num_seqs:
+        seqs, seqs_from = role.max_num_seqs, "the spec"
+    if role.max_num_batched_tokens:
+        budget, budget_from = role.max_num_batched_tokens, "the spec"
+    return Limits(max_seqs=seqs, budget=int(budget), seqs_from=seqs_from, budget_from=budget_from)
