@@ -390,3 +390,19 @@ def test_engine_limits_follow_each_engines_own_defaults():
     assert (stated.max_seqs, stated.budget, stated.seqs_from) == (3, 5, "the spec")
     other = limits("trtllm", "h200", "deepseek-v3", {"tp": 8, "dp": 1})
     assert (other.max_seqs, other.budget) == (7, 9)
+
+
+def test_temperature_is_checked_and_picks_figures_sampled_alike():
+    """A workload's sampling temperature is checked, and MTP acceptance is read from figures sampled as the client
+    samples (greedy or not), where any are left."""
+    from pdcalc.perf.speculative import acceptance_figures, dataset_acceptance
+
+    with pytest.raises(ConfigError, match=r"\[workload\] temperature"):
+        spec(workload={"prompt": 10, "output": 10, "concurrency": 1, "temperature": -0.5})
+    figs = {f.id: f for f in acceptance_figures()}
+    assert any(f.sampled for f in figs.values()) and any(not f.sampled for f in figs.values())
+    for temperature in (0.0, 1.0):
+        _, ids = dataset_acceptance("random", temperature=temperature)
+        assert ids and all(figs[i].sampled == bool(temperature) for i in ids)
+    greedy = spec(workload={"prompt": 100, "output": 100, "concurrency": 1}, mtp={"draft_tokens": 2})
+    assert greedy.workload.temperature == 0.0

@@ -36,6 +36,7 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     num_prompts = 4096              # optional
     dataset = "random"              # optional
     min_length_ratio = 1.0          # optional: lengths drawn from [ratio x length, length] per request
+    temperature = 0.0               # optional: the client's sampling temperature (its default: 0, greedy)
 
 Cards are counted as the engine counts devices: an Atlas A3 node has 16 (``ascend-910c-die``). Every field is
 checked; an unknown or misspelt field is an error naming it, as is a layout that cannot exist (a TP degree the
@@ -72,6 +73,8 @@ SERVING_ENGINES: dict[str, dict] = {
 KV_DTYPES = ("auto", "bf16", "fp8", "fp8_ds_mla", "int8")
 #: Benchmark datasets: what the prompts are (MTP acceptance depends on it, :mod:`pdcalc.perf.speculative`).
 DATASETS = ("random", "sharegpt", "gsm8k", "aime", "gpqa", "mt-bench", "humaneval", "longbench", "custom")
+#: The highest sampling temperature a workload may give (OpenAI-compatible servers accept up to 2).
+MAX_TEMPERATURE = 2.0
 #: Draft tokens per step MTP may be given (engines run 1 to a few).
 MAX_DRAFT_TOKENS = 16
 ROLES = ("serve", "prefill", "decode")
@@ -79,7 +82,8 @@ ROLES = ("serve", "prefill", "decode")
 _TOP = ("model", "card", "quant", "engine", "kv_dtype", "graph", *ROLES, "mtp", "workload")
 _ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens")
 _MTP = ("draft_tokens", "acceptance")
-_WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio")
+_WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio",
+         "temperature")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +122,9 @@ class ServedWorkload:
     ``prompt`` and ``output`` are the lengths asked for; with ``min_length_ratio`` r < 1 each request's lengths
     are drawn uniformly from ``[r x length, length]``, as SGLang's ``bench_serving --random-range-ratio r`` draws
     them (its default, when the flag is absent, is 0: lengths from 1 to the stated one). vLLM's ``--random-range-
-    ratio`` draws symmetrically about the stated length, whose mean that is: leave it at 1."""
+    ratio`` draws symmetrically about the stated length, whose mean that is: leave it at 1. ``temperature`` is the
+    sampling temperature the client asks for: ``vllm bench serve`` and ``bench_serving`` sample greedily (0) unless
+    told otherwise, and MTP accepts fewer drafts when tokens are sampled (:mod:`pdcalc.perf.speculative`)."""
 
     prompt: int
     output: int
@@ -127,6 +133,7 @@ class ServedWorkload:
     num_prompts: int | None = None
     dataset: str = "random"
     min_length_ratio: float = 1.0
+    temperature: float = 0.0
 
     @property
     def mean_prompt(self) -> float:
@@ -258,6 +265,8 @@ def _workload(source: str, table) -> ServedWorkload:
     if "min_length_ratio" in table:
         kw["min_length_ratio"] = check(checks.number, "min_length_ratio", table["min_length_ratio"], low=0.0,
                                        high=1.0)
+    if "temperature" in table:
+        kw["temperature"] = check(checks.number, "temperature", table["temperature"], low=0.0, high=MAX_TEMPERATURE)
     return ServedWorkload(**kw)
 
 

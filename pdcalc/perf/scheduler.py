@@ -9,8 +9,8 @@ SGLang's DP attention beside a tensor-parallel MoE), so a step lasts as long as 
 with nothing to do runs an empty one. Co-located ranks schedule prefill as their engine does
 (:data:`pdcalc.layout.served.SERVING_ENGINES`): a chunk of waiting prompts beside the decode batch within the
 token budget (``mixed``), or a step of waiting prompts on its own while the decode batch waits
-(``prefill-first``). Disaggregated prefill ranks batch whole prompts up to their budget, and each request then
-waits for its KV transfer and a decode rank with room. Request lengths are the stated ones or drawn as the
+(``prefill-first``). Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and
+each request then waits for its KV transfer and a decode rank with room. Request lengths are the stated ones or drawn as the
 client draws them (``min_length_ratio``). Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
 kernel time plus a host time per step. Between two events (a request arriving or finishing) a rank's decode
 steps are alike, so they advance in one timeout; a run's events grow with its requests, not its tokens.
@@ -165,7 +165,7 @@ class _Instance:
 
 
 class _PrefillRank:
-    """A disaggregated prefill rank: batches whole prompts up to its budget."""
+    """A disaggregated prefill rank: batches whole prompts up to its budget and its sequence cap."""
 
     def __init__(self, sim: _Sim):
         self.sim = sim
@@ -178,7 +178,8 @@ class _PrefillRank:
             first = yield sim.prefill_queue.get()
             batch = [first]
             tokens = first.prompt
-            while sim.prefill_queue.items and tokens + sim.prefill_queue.items[0].prompt <= t.prefill.budget:
+            while (sim.prefill_queue.items and tokens + sim.prefill_queue.items[0].prompt <= t.prefill.budget
+                   and len(batch) < t.prefill.max_batch):
                 nxt = yield sim.prefill_queue.get()
                 batch.append(nxt)
                 tokens += nxt.prompt

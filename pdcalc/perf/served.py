@@ -184,7 +184,8 @@ def _build_tables(spec: ServedSpec, exclude: tuple) -> ServedTables:
     if d and spec.mtp.acceptance is not None:
         acc, acc_ids = spec.mtp.acceptance, ("the spec's",)
     elif d:
-        acc, acc_ids = dataset_acceptance(spec.workload.dataset, exclude_sources=exclude)
+        acc, acc_ids = dataset_acceptance(spec.workload.dataset, exclude_sources=exclude,
+                                             temperature=spec.workload.temperature)
     else:
         acc, acc_ids = 0.0, ()
     kw = dict(quant=quant, engine=engine, mtp_steps=d, acceptance=acc)
@@ -314,7 +315,7 @@ def steady_state(t: ServedTables, terms) -> SteadyState:
         lam_hi = np.full_like(kd, d.ranks * pr.budget / (P * 1e-6))
         lam_cap = _bisect(lambda lam: np.where(feasible(lam), -1.0, 1.0), np.zeros_like(kd), lam_hi)
     else:
-        batch_tokens = max(float(pr.budget), P)                 # a prefill step: prompts up to the budget
+        batch_tokens = max(min(float(pr.budget), max(pr.max_batch, 1.0) * P), P)   # prompts up to budget and cap
         pf_step = kp * chunk_s(pr, batch_tokens, mixed=False) + h * np.ceil(batch_tokens / pr.budget)
         mu = pr.ranks * (batch_tokens / P) / pf_step             # prompts per second the prefill ranks serve
         first = kp * pr.prompt_s + h * steps_per_prompt

@@ -65,6 +65,13 @@ class AcceptanceFigure:
     source_id: str
     url: str
     notes: str = ""
+    temperature: float | None = None   # the sampling temperature the source states (None: not stated)
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the source sampled tokens (temperature above 0); unstated is read as the clients' greedy
+        default."""
+        return bool(self.temperature)
 
     @property
     def per_draft(self) -> float:
@@ -75,7 +82,7 @@ def _figure(raw: dict) -> AcceptanceFigure:
     fid = raw.get("id", "?")
     where = f"{ACCEPTANCE_SOURCE}: figure {fid}"
     known = {"id", "model", "engine", "dataset", "draft_tokens", "accept_length", "accepted", "quote", "source_id",
-             "url", "notes"}
+             "url", "notes", "temperature"}
     for key in raw:
         if key not in known:
             raise ConfigError(where, key, f"unknown field; allowed: {', '.join(sorted(known))}")
@@ -90,7 +97,15 @@ def _figure(raw: dict) -> AcceptanceFigure:
         raise ConfigError(where, "accept_length", f"{accepted:g} accepted of {d} drafts is impossible")
     return AcceptanceFigure(id=fid, model=raw["model"], engine=raw["engine"], dataset=raw["dataset"], draft_tokens=d,
                             accepted=accepted, quote=raw["quote"], source_id=raw["source_id"], url=raw["url"],
-                            notes=raw.get("notes", ""))
+                            notes=raw.get("notes", ""), temperature=_temperature(where, raw.get("temperature")))
+
+
+def _temperature(where: str, value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
+        raise ConfigError(where, "temperature", f"must be a number from 0 to 2, got {value!r}")
+    return float(value)
 
 
 @cache
@@ -100,13 +115,17 @@ def acceptance_figures() -> tuple[AcceptanceFigure, ...]:
     return tuple(_figure(raw) for raw in data.get("figure", []))
 
 
-def dataset_acceptance(dataset: str, *, exclude_sources: tuple[str, ...] = ()) -> tuple[float, tuple[str, ...]]:
+def dataset_acceptance(dataset: str, *, exclude_sources: tuple[str, ...] = (),
+                       temperature: float = 0.0) -> tuple[float, tuple[str, ...]]:
     """Per-draft acceptance for a benchmark ``dataset``: the median of the published figures on that dataset
     (every dataset's where none is published), leaving out the documents ``exclude_sources``; and the ids used.
+    Only figures sampled as the client samples count (greedy at ``temperature`` 0, else sampled), where any
+    are left: a sampled target accepts fewer of a greedy draft's tokens.
 
     .. math:: a = \\operatorname{median}_j a_j, \\qquad \\sum_{i=1}^{d_j} a_j^i = \\text{accepted}_j
     """
     figs = [f for f in acceptance_figures() if f.source_id not in exclude_sources]
+    figs = [f for f in figs if f.sampled == bool(temperature)] or figs
     same = [f for f in figs if f.dataset == dataset]
     use = same or figs
     if not use:
