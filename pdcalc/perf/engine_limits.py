@@ -4,13 +4,14 @@ as well as to the KV cache a card holds.
 
 Each rule is the engine's own code, quoted in :data:`SOURCES`:
 
-- vLLM (and the engines built on its scheduler: vllm-ascend, omni-infer): ``max_num_seqs`` 1,024 and
-  ``max_num_batched_tokens`` 8,192 for the API server on a device of at least 70 GiB that is not an A100,
-  else 256 and 2,048 (``EngineArgs.get_batch_defaults``). Ascend devices hold 64 GiB and take the second row.
-- SGLang: ``--chunked-prefill-size`` by device memory (8,192 below 160 GiB, 16,384 above, smaller on small
-  GPUs), divided over the DP ranks under DP attention; DeepSeek-V4 is admitted up to
-  ``max_running_requests`` 256 per server, divided over the DP ranks. Other models are held by their KV cache
-  only. On Ascend NPUs SGLang takes its NPU defaults, which are not read here: the chunk is the fallback.
+- vLLM (and the engines built on its scheduler: vllm-ascend, omni-infer): ``max_num_seqs`` and
+  ``max_num_batched_tokens`` of the API server, :data:`VLLM_LARGE` on a device of at least
+  :data:`VLLM_LARGE_DEVICE_BYTES` that is not an A100, else :data:`VLLM_SMALL` (``EngineArgs.get_batch_defaults``);
+  Ascend's 64 GiB devices take the second row.
+- SGLang: ``--chunked-prefill-size`` by device memory (:data:`SGLANG_CHUNK`), divided over the DP ranks under DP
+  attention; DeepSeek-V4 is admitted up to ``max_running_requests`` :data:`SGLANG_V4_RUNNING` per server, divided
+  over the DP ranks. Other models are held by their KV cache only. On Ascend NPUs SGLang takes its NPU defaults,
+  which are not read here: the chunk is the fallback.
 - Other engines: :data:`pdcalc.perf.served.DEFAULT_MAX_SEQS` and ``DEFAULT_TOKEN_BUDGET``.
 
 A limit the spec states (``max_num_seqs``, ``max_num_batched_tokens``, per DP rank) always wins.
@@ -64,18 +65,14 @@ class Limits:
     budget_from: str
 
 
-def _device_bytes(card) -> float:
-    return card.hbm_visible_bytes or card.hbm_bytes
-
-
 def _is_v4(model) -> bool:
-    return load_config(model).model_type.startswith("deepseek_v4")
+    return load_config(model).model_type == "deepseek_v4"
 
 
 def engine_limits(spec, role, *, fallback_seqs: int, fallback_budget: int) -> Limits:
     """The limits of one DP rank of ``role`` in ``spec`` (:class:`pdcalc.layout.served.ServedSpec`)."""
     card = get_card(spec.card)
-    mem = _device_bytes(card)
+    mem = card.usable_base_bytes                 # what the framework reports, as the engines read it
     dp = max(role.dp, 1)
     seqs, budget = fallback_seqs, fallback_budget
     seqs_from = budget_from = "assumed (the engine's default is not read here)"

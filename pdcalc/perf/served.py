@@ -149,7 +149,8 @@ def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine:
               **_kv_kwargs(spec, engine))
     weights, kv_seqs, fits, short = _memory(spec, role, quant, engine)
     lim = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET)
-    max_batch = float(max(kv_seqs, 1.0) if lim.max_seqs is None else min(lim.max_seqs, max(kv_seqs, 1.0)))
+    room = max(kv_seqs, 1.0)
+    max_batch = float(room if lim.max_seqs is None else min(lim.max_seqs, room))
     batch = np.unique(np.round(np.geomspace(1, max(max_batch, 1.0), BATCH_GRID), 3))
     P = w.mean_prompt
     dec = step(spec.model, spec.card, context=round(P + w.mean_output / 2), concurrency=batch * role.dp, phase="decode",

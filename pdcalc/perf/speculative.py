@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from pdcalc.core import checks
 from pdcalc.core.errors import ConfigError, load_toml
 from pdcalc.core.quotes import number_in_text
+from pdcalc.layout.served import MAX_TEMPERATURE
 from pdcalc.perf.kernels import cost_tables
 
 ACCEPTANCE_SOURCE = "pdcalc/data/acceptance.toml"
@@ -101,11 +103,13 @@ def _figure(raw: dict) -> AcceptanceFigure:
 
 
 def _temperature(where: str, value) -> float | None:
+    """A figure's stated temperature, checked as a spec's ``[workload] temperature`` is."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
-        raise ConfigError(where, "temperature", f"must be a number from 0 to 2, got {value!r}")
-    return float(value)
+    try:
+        return checks.number("", value, low=0.0, high=MAX_TEMPERATURE)
+    except checks.InputError as exc:
+        raise ConfigError(where, "temperature", str(exc)) from None
 
 
 @cache
