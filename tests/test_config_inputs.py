@@ -143,9 +143,10 @@ def test_model_presets_do_not_need_the_inventory():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ("unknown model 'deepseek-v9'; known: deepseek-v2, deepseek-v2-lite, deepseek-v3, "
                            "deepseek-v3-article, deepseek-v3.2-exp, deepseek-v4-flash, deepseek-v4-flash-article, "
-                           "kimi-k2")
+                           "deepseek-v4-pro, kimi-k2")
     assert set(MODEL_NAMES) == {"deepseek-v2", "deepseek-v2-lite", "deepseek-v3", "deepseek-v3-article",
-                                "deepseek-v3.2-exp", "deepseek-v4-flash", "deepseek-v4-flash-article", "kimi-k2"}
+                                "deepseek-v3.2-exp", "deepseek-v4-flash", "deepseek-v4-flash-article",
+                                "deepseek-v4-pro", "kimi-k2"}
 
 
 # ---- field types ------------------------------------------------------------------------------

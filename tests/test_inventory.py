@@ -4,7 +4,7 @@ from pdcalc.core.errors import UnknownNameError
 from pdcalc.model.config import MODEL_NAMES, load_config
 from pdcalc.model.inventory import CATEGORIES, get_inventory
 
-OFFICIAL = ["deepseek-v3", "deepseek-v4-flash"]
+OFFICIAL = ["deepseek-v3", "deepseek-v4-flash", "deepseek-v4-pro"]
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -43,9 +43,10 @@ def test_v3_routed_expert_size_from_config():
     assert inv.params(category="routed_experts") == per_expert * cfg.n_routed_experts * cfg.n_moe_layers
 
 
-def test_v4_layer_kinds():
-    cfg = load_config("deepseek-v4-flash")
-    inv = get_inventory("deepseek-v4-flash")
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_v4_layer_kinds(name):
+    cfg = load_config(name)
+    inv = get_inventory(name)
     df = inv.frame()
     main = df[df.part == "main"]
     compressor_layers = set(main[main.category == "kv_compressor"].layer)
@@ -56,8 +57,9 @@ def test_v4_layer_kinds():
     assert hash_layers == set(range(cfg.num_hash_layers))
 
 
-def test_v4_lm_head_is_untied():
-    inv = get_inventory("deepseek-v4-flash")
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_v4_lm_head_is_untied(name):
+    inv = get_inventory(name)
     assert inv.params(category="lm_head") == inv.params(category="embedding") > 0
 
 

@@ -19,7 +19,7 @@ from pdcalc.perf import flops as flops_mod
 from pdcalc.perf import kernels, traffic
 from pdcalc.perf import step as tput
 
-PRESETS = ("deepseek-v2", "deepseek-v2-lite", "deepseek-v3.2-exp", "kimi-k2")
+PRESETS = ("deepseek-v2", "deepseek-v2-lite", "deepseek-v3.2-exp", "kimi-k2", "deepseek-v4-pro")
 V32 = "deepseek-v3.2-exp"
 
 
@@ -241,7 +241,9 @@ def test_the_transcribed_v32_preset_is_v3_plus_the_indexer():
 @pytest.mark.parametrize("card,model,scheme", [("h800", "deepseek-v3", "fp8"), ("h200", "deepseek-v4-flash", "fp8-fp4"),
                                                ("h800", "deepseek-v2-lite", "bf16"),
                                                ("ascend-910b2", "deepseek-v3", "w8a8"),
-                                               ("ascend-910b2", "deepseek-v4-flash", "w8a8-msmodelslim")])
+                                               ("ascend-910b2", "deepseek-v4-flash", "w8a8-msmodelslim"),
+                                               ("b200", "deepseek-v4-pro", "fp8-fp4"),
+                                               ("ascend-910b2", "deepseek-v4-pro", "w8a8-msmodelslim")])
 def test_default_quant_follows_the_card(card, model, scheme):
     out = assert_clean(run_cli("memory", model, "--card", card, "--ep", "8", "--json"))
     assert out.code == 0 and out.json["quant"] == scheme

@@ -7,12 +7,12 @@ from pdcalc.model.inventory import get_inventory
 from pdcalc.model.quant import SCHEMES, bytes_by_category, get_scheme, weight_bytes
 
 
-@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v4-flash"])
+@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v4-flash", "deepseek-v4-pro"])
 def test_one_byte_scheme_equals_parameter_count(model):
     assert weight_bytes(model, "article-1byte") == get_inventory(model).counts().total
 
 
-@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v4-flash"])
+@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v4-flash", "deepseek-v4-pro"])
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_categories_add_up(model, scheme):
     assert bytes_by_category(model, scheme).sum() == pytest.approx(weight_bytes(model, scheme), rel=1e-12)

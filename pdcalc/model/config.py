@@ -7,7 +7,7 @@ preset can be diffed against its source. Five model types are supported, in two 
   (DeepSeek-V3, R1, V3.1, and Kimi-K2 revisions that declare it), ``kimi_k2`` (Kimi-K2 revisions that
   name themselves) and ``deepseek_v32`` (DeepSeek-V3.2-Exp: MLA with the lightning indexer of DeepSeek
   Sparse Attention, :attr:`ModelConfig.sparse`);
-- hybrid sliding-window / compressed attention with mHC: ``deepseek_v4`` (DeepSeek-V4-Flash).
+- hybrid sliding-window / compressed attention with mHC: ``deepseek_v4`` (DeepSeek-V4-Flash, V4-Pro).
 
 Values are validated when the config is built; nothing is back-filled except the documented defaults
 of the model type (:data:`TYPE_DEFAULTS`).
@@ -66,6 +66,12 @@ CONFIG_PRESETS: dict[str, dict[str, str]] = {
         "source": "Hugging Face deepseek-ai/DeepSeek-V4-Flash config.json (copy in "
                   "Mockingjay1316/deepseek-v4-flash-spark config.json, commit 135f0266)",
     },
+    "deepseek-v4-pro": {
+        "file": "deepseek_v4_pro_config.json",
+        "source": "Hugging Face deepseek-ai/DeepSeek-V4-Pro config.json (copy printed in "
+                  "gogongxt/python scripts/models/deepseek_v4_pro.md, commit ec996269, a model report that also "
+                  "lists every tensor of the released checkpoint)",
+    },
     "deepseek-v3.2-exp": {
         "file": "deepseek_v32_exp_config.json",
         "source": "transcribed: DeepSeek-V3's config.json (the preset deepseek-v3) with model_type deepseek_v32, "
@@ -119,28 +125,28 @@ MODEL_NAMES: tuple[str, ...] = tuple(CONFIG_PRESETS) + tuple(ARTICLE_PRESETS)
 #: vocab_size               1 .. 2**24      262,144 (Gemma 3); 16.8 M tokens
 #: hidden_size              1 .. 2**20      18,432 (Nemotron-4 340B)
 #: intermediate_size        1 .. 2**20      53,248 (Llama 3.1 405B)
-#: moe_intermediate_size    1 .. 2**20      2,048 (DeepSeek-V3)
+#: moe_intermediate_size    1 .. 2**20      3,072 (DeepSeek-V4-Pro)
 #: num_hidden_layers        1 .. 1,024      126 (Llama 3.1 405B); one inventory row group per layer
 #: num_nextn_predict_layers 0 .. 64         1 (DeepSeek-V3/V4); MTP blocks are full layers
 #: first_k_dense_replace    0 .. 1,024      and at most num_hidden_layers
 #: moe_layer_freq           1 .. 1,024      1
-#: num_hash_layers          0 .. 1,024      and at most num_hidden_layers (V4-Flash: 3)
+#: num_hash_layers          0 .. 1,024      and at most num_hidden_layers (V4: 3)
 #: n_routed_experts         1 .. 65,536     384 (Kimi K2); the placement has one entry per card
 #: n_shared_experts         0 .. 1,024      2 (DeepSeek-V2)
 #: n_group, topk_group      1 .. 65,536     8, 4 (DeepSeek-V3); topk_group at most n_group
 #: num_experts_per_tok      1 .. 65,536     and at most n_routed_experts (V3: 8)
 #: num_attention_heads      1 .. 65,536     128 (DeepSeek-V3)
 #: num_key_value_heads      1 .. 65,536     128 (DeepSeek-V3 declares one per query head)
-#: index_n_heads, o_groups  1 .. 65,536     64, 8 (V4-Flash)
+#: index_n_heads, o_groups  1 .. 65,536     64 (V4), 16 (V4-Pro)
 #: head widths              1 .. 65,536     512 (V4-Flash head_dim): qk_rope_head_dim,
 #:                                          qk_nope_head_dim, v_head_dim, head_dim, index_head_dim
 #: low-rank widths          1 .. 2**20      1,536 (V3 q_lora_rank): q_lora_rank, kv_lora_rank,
 #:                                          o_lora_rank
-#: hc_mult                  1 .. 256        4 (V4-Flash mHC streams)
+#: hc_mult                  1 .. 256        4 (V4 mHC streams)
 #: sliding_window           1 .. 2**30      128 (V4-Flash); tokens
 #: index_topk               1 .. 2**30      2,048 (V3.2); tokens
 #: max_position_embeddings  1 .. 2**30      1,048,576 (V4-Flash); tokens
-#: compress_ratios entries  0 or 2 .. 2**20 0, 4, 128 (V4-Flash); at most 1,088 entries
+#: compress_ratios entries  0 or 2 .. 2**20 0, 4, 128 (V4); at most 1,088 entries
 #:                                          (num_hidden_layers + num_nextn_predict_layers at
 #:                                          their limits), at least num_hidden_layers
 #: ======================== =============== ======================================================

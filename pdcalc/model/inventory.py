@@ -13,6 +13,8 @@ Sources
   block, ``shared_head.norm``; embedding and output head shared with the main model).
 - DeepSeek-V4-Flash: ``deepseek-ai/DeepSeek-V4-Flash`` ``inference/model.py`` (classes Attention,
   Compressor, Indexer, Gate, Expert, MoE, Block, MTPBlock, ParallelHead, Transformer).
+- DeepSeek-V4-Pro: the same classes (``model_type`` deepseek_v4), sized by its own ``config.json``; every
+  tensor equals the released checkpoint's (``tests/test_v4_pro.py``).
 """
 
 from __future__ import annotations
