@@ -160,8 +160,12 @@ def predictions(*, mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU,
 
 _STATIC_NOT_PREDICTED: dict[str, str] = {
     "vllm-ascend-16983-v4pro-w4a8-a3-weights-per-card": (
-        f"DeepSeek-V4-Pro: {NO_PRESET}, nor a W4A8 scheme; the TP size is not printed in the excerpt."),
-    "sglang-inferencex-2128-v4pro-fp8-h200-tp8-weights": f"DeepSeek-V4-Pro: {NO_PRESET}.",
+        "pdcalc has no W4A8 scheme for DeepSeek-V4-Pro's weights, and the TP size is not printed in the excerpt."),
+    "sglang-inferencex-2128-v4pro-fp8-h200-tp8-weights": (
+        "The log's 'quant=fp8' build for Hopper (container lmsysorg/sglang:deepseek-v4-hopper) does not say how it "
+        "stores the released checkpoint's FP4 routed experts, which Hopper cannot multiply in FP4, nor which "
+        "checkpoint it loaded: neither pdcalc's fp8-fp4 (the checkpoint as released) nor fp8 (every expert FP8, "
+        "more than eight H200 hold) is known to be its layout."),
     "vllm-recipes-762-v4flash0731-b200-dp8-max-concurrency": (
         f"DeepSeek-V4-Flash-0731: {NO_PRESET}; vllm-project/vllm issue #51454 gives it 304B parameters, "
         "not the 284B of the DeepSeek-V4-Flash preset."),
