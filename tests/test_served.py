@@ -324,6 +324,14 @@ def test_the_planner_steps_with_the_served_model_by_default():
     ref = step("deepseek-v3", "h800", costs="published", quant=s.quant, phase="prefill", tp=1, dp=16, ep=16,
                context=20000, concurrency=16, mfu=s.mfu, mbu=s.mbu, comm_eff=s.comm_eff).time_s
     assert pf == pytest.approx(t.k_prefill * float(ref) + 3 * t.host_s, rel=1e-12)   # three 8,192-token chunks
+    # a P side pays one host step per chunk of the step its launch books (--max-num-batched-tokens)
+    from pdcalc.plan.launch import p_step_tokens
+    from pdcalc.plan.roles import _step
+
+    chunk = p_step_tokens(s)
+    side = _step(s, 1, 16, context=20000, concurrency=16, phase="prefill").time_s
+    assert chunk < 8192
+    assert side == pytest.approx(t.k_prefill * float(ref) + math.ceil(20000 / chunk) * t.host_s, rel=1e-12)
 
 
 def test_planner_rows_carry_ranges_under_the_served_model_only():

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from pdcalc.layout.memory import ACTIVATION_BYTES, P_OVERHEAD_BYTES, activation_bytes, step_tokens
+from pdcalc.layout.memory import activation_bytes
 from pdcalc.model.inventory import get_inventory
 from pdcalc.model.quant import V4_ASCEND_W8A8
-from pdcalc.plan.roles import seq_kv_bytes
+from pdcalc.plan.roles import p_step_tokens, seq_kv_bytes
 from pdcalc.plan.workload import Setup, Workload
 
 #: The published deployment whose launch settings the P/D flags follow (vllm-ascend tutorial, Atlas 800 A2).
@@ -122,14 +122,6 @@ def quantization_for(setup: Setup) -> str | None:
     """``--quantization``: ``ascend`` for msModelSlim's W8A8 checkpoints (the tutorials' ``--quantization ascend``),
     none for a checkpoint in its own dtype."""
     return tutorials()["shell"]["quantization"] if setup.quant in ASCEND_SCHEMES else None
-
-
-def p_step_tokens(setup: Setup) -> int:
-    """P's ``--max-num-batched-tokens``: the largest step whose activations fit what the plan books on a P card
-    (its ``p_overhead_bytes`` less the article's framework share): the tutorial's 4,096 under the article's figures,
-    a prompt then prefilled in chunks of that many tokens."""
-    framework = P_OVERHEAD_BYTES - ACTIVATION_BYTES
-    return step_tokens(setup.p_overhead_bytes - framework)
 
 
 def launches(setup: Setup, work: Workload, row, p_room_bytes: float, speculative_tokens: int,

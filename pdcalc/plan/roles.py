@@ -14,7 +14,7 @@ import numpy as np
 from pdcalc.core.checks import tp_problem
 from pdcalc.core.errors import LayoutError
 from pdcalc.hardware.cards import get_card
-from pdcalc.layout.memory import card_weights
+from pdcalc.layout.memory import ACTIVATION_BYTES, P_OVERHEAD_BYTES, card_weights, step_tokens
 from pdcalc.layout.parallel import place_experts
 from pdcalc.model.config import load_config
 from pdcalc.model.inventory import get_inventory
@@ -120,9 +120,19 @@ def _kv_step_kwargs(setup: Setup) -> dict:
     return kv_step_kwargs(setup.model, setup.engine, setup.kv_cache_dtype)
 
 
+def p_step_tokens(setup: Setup) -> int:
+    """P's ``--max-num-batched-tokens``: the largest step whose activations fit what the plan books on a P card
+    (its ``p_overhead_bytes`` less the article's framework share): the tutorial's 4,096 under the article's figures,
+    a prompt then prefilled in chunks of that many tokens."""
+    framework = P_OVERHEAD_BYTES - ACTIVATION_BYTES
+    return step_tokens(setup.p_overhead_bytes - framework)
+
+
 def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase):
+    """A P or D side's step; a P side prefills a prompt in chunks of its launch's step (:func:`p_step_tokens`)."""
+    chunk = p_step_tokens(setup) if phase == "prefill" else None
     return timed_step(setup, tp=side_tp, dp=size // side_tp, ep=size, context=context, concurrency=concurrency,
-                      phase=phase)
+                      phase=phase, chunk_tokens=chunk)
 
 
 @dataclass(frozen=True)
@@ -132,12 +142,14 @@ class Timed:
     time_s: np.ndarray | float
 
 
-def timed_step(setup: Setup, *, tp: int, dp: int, ep: int | None, context, concurrency, phase: str):
+def timed_step(setup: Setup, *, tp: int, dp: int, ep: int | None, context, concurrency, phase: str,
+               chunk_tokens: int | None = None):
     """One step of ``setup``'s model on a TP x DP (x EP) layout under the plan's cost model
     (:attr:`Setup.costs`): ``served`` (the default), the published kernel costs times the served terms' factor
-    of the phase plus their host time per scheduler step (a prompt's chunks each pay it), a decode step divided
-    by the tokens a sequence advances with MTP; ``published`` or ``roofline`` as :func:`pdcalc.perf.step.step`
-    computes them (the roofline: the hardware's bound)."""
+    of the phase plus their host time per scheduler step (a prompt's chunks of ``chunk_tokens`` each pay it;
+    ``None``: the engines' default token budget), a decode step divided by the tokens a sequence advances with
+    MTP; ``published`` or ``roofline`` as :func:`pdcalc.perf.step.step` computes them (the roofline: the
+    hardware's bound)."""
     kw = {**_kv_step_kwargs(setup), **setup.step_kwargs}
     kw.pop("costs", None)
     common = dict(tp=tp, dp=dp, ep=ep, context=context, concurrency=concurrency, phase=phase, quant=setup.quant,
@@ -150,7 +162,7 @@ def timed_step(setup: Setup, *, tp: int, dp: int, ep: int | None, context, concu
     terms = setup.terms
     if phase == "decode":
         return Timed((terms.k_decode * np.asarray(st.time_s, dtype=float) + terms.host_s) / setup.emitted)
-    chunks = np.ceil(np.asarray(context, dtype=float) / DEFAULT_TOKEN_BUDGET)
+    chunks = np.ceil(np.asarray(context, dtype=float) / (chunk_tokens or DEFAULT_TOKEN_BUDGET))
     return Timed(terms.k_prefill * np.asarray(st.time_s, dtype=float) + terms.host_s * chunks)
 
 
