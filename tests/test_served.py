@@ -414,3 +414,34 @@ def test_temperature_is_checked_and_picks_figures_sampled_alike():
         assert ids and all(figs[i].sampled == bool(temperature) for i in ids)
     greedy = spec(workload={"prompt": 100, "output": 100, "concurrency": 1}, mtp={"draft_tokens": 2})
     assert greedy.workload.temperature == 0.0
+
+
+def test_memory_utilization_sets_the_kv_room_as_each_engine_reads_it():
+    """A role's memory_utilization is checked; under vLLM the stated share holds activations and framework too,
+    under SGLang (--mem-fraction-static) the KV pool is the share less the weights alone; unset, pdcalc's
+    default share and overhead apply."""
+    from pdcalc.hardware.cards import get_card
+    from pdcalc.layout.memory import card_weights
+    from pdcalc.layout.served import spec_from_dict
+    from pdcalc.model.kv_cache import kv_bytes
+    from pdcalc.perf import served as sv
+
+    for bad in (0, 1.5, "0.9", float("nan")):
+        with pytest.raises(ConfigError, match=r"\[serve\] memory_utilization"):
+            spec(serve={"tp": 8, "memory_utilization": bad})
+
+    def seqs(engine, **role):
+        s = spec_from_dict({"model": "deepseek-v3", "card": "h200", "engine": engine, "quant": "fp8",
+                            "serve": {"tp": 8, **role},
+                            "workload": {"prompt": 2000, "output": 1000, "concurrency": 8}})
+        return served_tables(s).decode.kv_seqs
+
+    base = get_card("h200").usable_base_bytes
+    w = card_weights("deepseek-v3", "fp8", ep=None, tp=8, mtp=False).total_bytes
+    seq = kv_bytes("deepseek-v3", 3000, "vllm", include_mtp=False).total_bytes
+    assert seqs("vllm") == pytest.approx((sv.UTILIZATION * base - w - sv.OVERHEAD_BYTES) / seq, rel=1e-12)
+    assert seqs("vllm", memory_utilization=0.8) == pytest.approx((0.8 * base - w - sv.OVERHEAD_BYTES) / seq,
+                                                                 rel=1e-12)
+    assert "sglang" in sv.FRACTION_ENGINES
+    assert seqs("sglang", memory_utilization=0.8) == pytest.approx((0.8 * base - w) / seq, rel=1e-12)
+    assert seqs("sglang") == seqs("vllm")

@@ -24,6 +24,7 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     dp = 16
     ep = 16
     max_num_seqs = 60               # optional, per DP rank
+    memory_utilization = 0.9        # optional: --gpu-memory-utilization (vLLM) / --mem-fraction-static (SGLang)
 
     [mtp]                           # optional
     draft_tokens = 3
@@ -80,7 +81,7 @@ MAX_DRAFT_TOKENS = 16
 ROLES = ("serve", "prefill", "decode")
 
 _TOP = ("model", "card", "quant", "engine", "kv_dtype", "graph", *ROLES, "mtp", "workload")
-_ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens")
+_ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "memory_utilization")
 _MTP = ("draft_tokens", "acceptance")
 _WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio",
          "temperature")
@@ -96,6 +97,7 @@ class Role:
     ep: int | None = None                      # EP group in cards; None: experts split over TP in each rank
     max_num_seqs: int | None = None            # sequences per DP rank (the engine's default where None)
     max_num_batched_tokens: int | None = None  # tokens per scheduler step per DP rank
+    memory_utilization: float | None = None    # share of the card the engine takes (None: pdcalc's default)
 
     @property
     def cards_per_instance(self) -> int:
@@ -225,6 +227,9 @@ def _role(source: str, name: str, table) -> Role:
     if "max_num_batched_tokens" in table:
         kw["max_num_batched_tokens"] = check(checks.integer, "max_num_batched_tokens",
                                              table["max_num_batched_tokens"], low=1, high=MAX_TOKENS)
+    if "memory_utilization" in table:
+        kw["memory_utilization"] = check(checks.number, "memory_utilization", table["memory_utilization"],
+                                         low=0.0, low_open=True, high=1.0)
     role = Role(**kw)
     if role.cards > MAX_CARDS:
         raise ConfigError(source, f"[{name}]", f"instances x tp x dp = {role.cards:,} cards; at most {MAX_CARDS:,}")

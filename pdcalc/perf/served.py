@@ -55,6 +55,11 @@ DEFAULT_MAX_SEQS = 256
 #: D-card figure, :class:`pdcalc.plan.workload.Setup`).
 UTILIZATION = 0.9
 OVERHEAD_BYTES = 4.0e9
+#: Where SGLang's ``--mem-fraction-static`` is stated, the KV pool is what that share of the memory free before
+#: the weights load leaves after them, activations and graphs being held in the rest (sgl-project/sglang
+#: python/sglang/srt/mem_cache/kv_cache_configurator.py, ``_profile_available_bytes``: "slack_gb =
+#: pre_model_load_memory * (1 - self.mem_fraction_static)", "rest_memory = available_gpu_memory - slack_gb").
+FRACTION_ENGINES = ("sglang",)
 #: Batch sizes per rank at which the decode step is timed (interpolated between).
 BATCH_GRID = 40
 
@@ -126,6 +131,17 @@ def _kv_kwargs(spec: ServedSpec, engine: str) -> dict:
     return kv_step_kwargs(spec.model, engine, spec.kv_dtype)
 
 
+def memory_share(engine: str, role: Role) -> dict:
+    """The share of a card's memory a role's engine takes and what it holds beside weights and KV cache: the
+    role's ``memory_utilization`` where stated (vLLM's ``--gpu-memory-utilization``, activations and framework
+    inside it; SGLang's ``--mem-fraction-static``, activations outside it, :data:`FRACTION_ENGINES`), else
+    :data:`UTILIZATION` with :data:`OVERHEAD_BYTES`."""
+    if role.memory_utilization is None:
+        return {"utilization": UTILIZATION, "overhead_bytes": OVERHEAD_BYTES}
+    return {"utilization": role.memory_utilization,
+            "overhead_bytes": 0.0 if engine in FRACTION_ENGINES else OVERHEAD_BYTES}
+
+
 def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[float, float, bool, float]:
     """Weights per card, KV sequences per rank, whether it fits, and by how much it is short."""
     c = get_card(spec.card)
@@ -135,7 +151,7 @@ def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[floa
     else:
         cw = card_weights(spec.model, quant, ep=None, tp=role.tp, mtp=mtp)
         w = cw.total_bytes
-    room = budget(spec.card, w, utilization=UTILIZATION, overhead_bytes=OVERHEAD_BYTES).kv_bytes
+    room = budget(spec.card, w, **memory_share(spec.engine, role)).kv_bytes
     ctx = spec.workload.mean_prompt + spec.workload.mean_output
     kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto") else None
     seq = kv_bytes(spec.model, round(ctx), engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
