@@ -129,7 +129,8 @@ def p_step_tokens(setup: Setup) -> int:
 
 
 def _step(setup: Setup, side_tp: int, size: int, *, context, concurrency, phase):
-    """A P or D side's step; a P side prefills a prompt in chunks of its launch's step (:func:`p_step_tokens`)."""
+    """An instance layout's step; its prefill, which the P and the co-located sides of that layout share, takes
+    a prompt in chunks of the P launch's step (:func:`p_step_tokens`), each paying the host time of a step."""
     chunk = p_step_tokens(setup) if phase == "prefill" else None
     return timed_step(setup, tp=side_tp, dp=size // side_tp, ep=size, context=context, concurrency=concurrency,
                       phase=phase, chunk_tokens=chunk)
