@@ -445,3 +445,29 @@ def test_memory_utilization_sets_the_kv_room_as_each_engine_reads_it():
     assert "sglang" in sv.FRACTION_ENGINES
     assert seqs("sglang", memory_utilization=0.8) == pytest.approx((0.8 * base - w) / seq, rel=1e-12)
     assert seqs("sglang") == seqs("vllm")
+
+
+def test_prefill_delayer_holds_prompts_until_every_dp_rank_has_some():
+    """SGLang's --enable-prefill-delayer is checked (co-located SGLang with DP attention only); one pass is no
+    delay at all, and holding waiting prompts until the DP ranks prefill together stalls the decode batch less
+    often: more output, shorter TPOT."""
+    work = {"prompt": 4000, "output": 300, "concurrency": 96, "num_prompts": 192, "min_length_ratio": 0.0}
+    serve = {"tp": 1, "dp": 8, "ep": 8}
+    for engine, role, where in (("vllm", "serve", r"\[serve\] prefill_delay_passes"),
+                                ("sglang", "decode", r"\[decode\] prefill_delay_passes")):
+        roles = ({"serve": {**serve, "prefill_delay_passes": 30}} if role == "serve" else
+                 {"prefill": serve, "decode": {**serve, "prefill_delay_passes": 30}})
+        with pytest.raises(ConfigError, match=where):
+            spec_from_dict({"model": "deepseek-v3", "card": "h200", "engine": engine, **roles, "workload": work}, "t")
+    for bad in ({"tp": 8, "prefill_delay_passes": 30}, {**serve, "prefill_delay_passes": 0},
+                {**serve, "prefill_delay_passes": 2.5}):
+        with pytest.raises(ConfigError, match=r"\[serve\] prefill_delay_passes"):
+            spec(serve=bad, engine="sglang", workload=work)
+
+    def run(**role):
+        return simulate(served_tables(spec(serve={**serve, **role}, engine="sglang", workload=work)), TERMS)
+
+    off, one, held = run(), run(prefill_delay_passes=1), run(prefill_delay_passes=30)
+    assert one == off
+    assert held.output_tokens_per_s > 1.2 * off.output_tokens_per_s
+    assert held.mean_tpot_s < off.mean_tpot_s / 1.2

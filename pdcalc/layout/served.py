@@ -25,6 +25,7 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     ep = 16
     max_num_seqs = 60               # optional, per DP rank
     memory_utilization = 0.9        # optional: --gpu-memory-utilization (vLLM) / --mem-fraction-static (SGLang)
+    # prefill_delay_passes = 30     # optional, co-located SGLang with DP attention: --enable-prefill-delayer
 
     [mtp]                           # optional
     draft_tokens = 3
@@ -81,7 +82,12 @@ MAX_DRAFT_TOKENS = 16
 ROLES = ("serve", "prefill", "decode")
 
 _TOP = ("model", "card", "quant", "engine", "kv_dtype", "graph", *ROLES, "mtp", "workload")
-_ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "memory_utilization")
+_ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "memory_utilization",
+         "prefill_delay_passes")
+#: Forward passes a DP rank may be held at most where the spec does not say (SGLang's
+#: ``--prefill-delayer-max-delay-passes`` default: sgl-project/sglang python/sglang/srt/server_args.py,
+#: ``prefill_delayer_max_delay_passes: int = 30``).
+MAX_PREFILL_DELAY_PASSES = 1000
 _MTP = ("draft_tokens", "acceptance")
 _WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio",
          "temperature")
@@ -98,6 +104,7 @@ class Role:
     max_num_seqs: int | None = None            # sequences per DP rank (the engine's default where None)
     max_num_batched_tokens: int | None = None  # tokens per scheduler step per DP rank
     memory_utilization: float | None = None    # share of the card the engine takes (None: pdcalc's default)
+    prefill_delay_passes: int | None = None    # SGLang's prefill delayer: passes a rank's prompts wait at most
 
     @property
     def cards_per_instance(self) -> int:
@@ -230,6 +237,9 @@ def _role(source: str, name: str, table) -> Role:
     if "memory_utilization" in table:
         kw["memory_utilization"] = check(checks.number, "memory_utilization", table["memory_utilization"],
                                          low=0.0, low_open=True, high=1.0)
+    if "prefill_delay_passes" in table:
+        kw["prefill_delay_passes"] = check(checks.integer, "prefill_delay_passes", table["prefill_delay_passes"],
+                                           low=1, high=MAX_PREFILL_DELAY_PASSES)
     role = Role(**kw)
     if role.cards > MAX_CARDS:
         raise ConfigError(source, f"[{name}]", f"instances x tp x dp = {role.cards:,} cards; at most {MAX_CARDS:,}")
@@ -330,6 +340,22 @@ def _names(source: str, data: dict) -> dict:
     return out
 
 
+def _check_delayer(source: str, engine: str, roles: dict[str, Role]) -> None:
+    """SGLang's prefill delayer (``--enable-prefill-delayer``) holds a DP rank's prompts until every DP-attention
+    rank of the instance has prompts to prefill; SGLang allows it only with DP attention and without P/D
+    disaggregation (``PrefillDelayer.__init__`` asserts both)."""
+    for name, role in roles.items():
+        if role.prefill_delay_passes is None:
+            continue
+        where = f"[{name}] prefill_delay_passes"
+        if engine != "sglang":
+            raise ConfigError(source, where, f"SGLang's --enable-prefill-delayer; engine is {engine!r}")
+        if name != "serve":
+            raise ConfigError(source, where, "SGLang's prefill delayer runs only co-located: give it in [serve]")
+        if role.dp < 2:
+            raise ConfigError(source, where, "SGLang's prefill delayer needs DP attention: dp of 2 or more")
+
+
 def _check_layout(source: str, spec: ServedSpec) -> None:
     """Each role's TP degree divides the model's heads and its EP group can hold the routed experts."""
     from pdcalc.core.checks import tp_problem
@@ -362,6 +388,7 @@ def spec_from_dict(data: dict, source: str = "spec") -> ServedSpec:
     else:
         raise ConfigError(source, None, "give one [serve] table (co-located) or a [prefill] and a [decode] table "
                           f"(disaggregated); found: {', '.join(f'[{r}]' for r in present) or 'none'}")
+    _check_delayer(source, names["engine"], roles)
     spec = ServedSpec(**names, **roles, mtp=_mtp(source, data.get("mtp")),
                       workload=_workload(source, data.get("workload")), source=source)
     if spec.cards > MAX_CARDS:

@@ -9,7 +9,8 @@ SGLang's DP attention beside a tensor-parallel MoE), so a step lasts as long as 
 with nothing to do runs an empty one. Co-located ranks schedule prefill as their engine does
 (:data:`pdcalc.layout.served.SERVING_ENGINES`): a chunk of waiting prompts beside the decode batch within the
 token budget (``mixed``), or a step of waiting prompts on its own while the decode batch waits
-(``prefill-first``). Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and
+(``prefill-first``). SGLang's prefill delayer (``prefill_delay_passes``) holds a rank's waiting prompts, the
+ranks decoding meanwhile, until every rank of the instance has prompts to prefill or the passes run out. Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and
 each request then waits for its KV transfer and a decode rank with room. Request lengths are the stated ones or
 drawn as the client draws them (``min_length_ratio``). Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
 kernel time plus a host time per step. Between two events (a request arriving or finishing) a rank's decode
@@ -82,6 +83,9 @@ class _Instance:
         self.wake = sim.env.event()
         self.busy_time = 0.0
         self.batch_time = 0.0
+        serve = sim.t.spec.serve
+        self.delay = serve.prefill_delay_passes if serve is not None and dp > 1 else None
+        self.delayed = 0                    # passes the prefill delayer has held waiting prompts so far
         sim.env.process(self.run())
 
     def notify(self) -> None:
@@ -130,6 +134,20 @@ class _Instance:
                 if q[0].left > 1e-9:
                     lane.batch.append(q[0])
 
+    def _held(self, plans: list[tuple[int, float]]) -> int:
+        """Passes SGLang's prefill delayer still holds the waiting prompts (0: they run now). It holds them while
+        some ranks, not all, have prompts to prefill and some rank has sequences to decode, for at most
+        ``prefill_delay_passes`` passes in a row (``PrefillDelayer._negotiate_should_allow_prefill``: "mixed" is
+        delayed, "all" or a timeout is allowed)."""
+        waiting = sum(1 for _, chunk in plans if chunk)
+        if self.delay is None or waiting in (0, len(plans)) or not any(ln.batch for ln in self.lanes):
+            self.delayed = 0
+            return 0
+        left = self.delay - 1 - self.delayed
+        if left <= 0:
+            self.delayed = 0
+        return max(left, 0)
+
     def run(self):
         env, sim = self.sim.env, self.sim
         while True:
@@ -138,6 +156,9 @@ class _Instance:
                 yield self.wake
                 continue
             plans = [self._plan(ln) for ln in self.lanes]
+            held = self._held(plans)
+            if held:                                         # every rank decodes; the prompts wait
+                plans = [(len(ln.batch), 0.0) for ln in self.lanes]
             if any(chunk for _, chunk in plans):             # a step with prefill on some rank
                 dt = max(self._step_s(b, chunk) for b, chunk in plans)
                 yield env.timeout(dt)
@@ -152,6 +173,8 @@ class _Instance:
             # decode steps alike on every rank until the next finish, or until woken by an arrival
             dt = max(self._step_s(b, 0.0) for b, _ in plans)
             n = max(1, math.ceil(min(r.left for ln in self.lanes for r in ln.batch) / sim.t.emitted - 1e-9))
+            if held:
+                n = min(n, held)
             self.wake = env.event()
             start = env.now
             yield env.any_of([env.timeout(n * dt), self.wake])
@@ -159,6 +182,8 @@ class _Instance:
             if steps * dt > env.now - start + 1e-12:          # finish the step in flight
                 yield env.timeout(steps * dt - (env.now - start))
             self.busy_time += steps * dt
+            if held:
+                self.delayed += steps
             for ln, (b, _) in zip(self.lanes, plans):
                 self.batch_time += steps * dt * b
                 self._advance(ln, steps)
