@@ -142,6 +142,28 @@ def test_sglang_layouts_are_counted_per_dp_rank():
     assert run.spec.cards == 64 and run.vendor == "ascend" and run.card == "ascend-910c-die"
 
 
+def test_prefill_delay_passes_follow_each_launch():
+    """A run's prefill_delay_passes is its launch's --enable-prefill-delayer, with the launch's pass count or
+    SGLang's default; a launch without the flag has none."""
+    import re
+
+    from pdcalc.layout.served import SGLANG_PREFILL_DELAY_PASSES
+
+    delayed = 0
+    for r in RUNS:
+        if r.spec is None:
+            continue
+        for role, flags in r.launch:
+            got = getattr(r.spec, role).prefill_delay_passes if getattr(r.spec, role, None) else None
+            if "--enable-prefill-delayer" not in flags:
+                assert got is None, r.id
+                continue
+            delayed += 1
+            stated = re.search(r"--prefill-delayer-max-delay-passes[ =](\d+)", flags)
+            assert got == (int(stated.group(1)) if stated else SGLANG_PREFILL_DELAY_PASSES), r.id
+    assert delayed
+
+
 def test_a2_runs_use_the_910b2_preset_and_say_so():
     a2 = [r for r in RUNS if (r.card or "").startswith("ascend-910b")]
     assert a2 and all(r.card == "ascend-910b2" and "910b2" in r.notes for r in a2)

@@ -25,7 +25,6 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     ep = 16
     max_num_seqs = 60               # optional, per DP rank
     memory_utilization = 0.9        # optional: --gpu-memory-utilization (vLLM) / --mem-fraction-static (SGLang)
-    # prefill_delay_passes = 30     # optional, co-located SGLang with DP attention: --enable-prefill-delayer
 
     [mtp]                           # optional
     draft_tokens = 3
@@ -40,7 +39,9 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     min_length_ratio = 1.0          # optional: lengths drawn from [ratio x length, length] per request
     temperature = 0.0               # optional: the client's sampling temperature (its default: 0, greedy)
 
-Cards are counted as the engine counts devices: an Atlas A3 node has 16 (``ascend-910c-die``). Every field is
+A co-located SGLang role with DP attention may give ``prefill_delay_passes``: its launch's
+``--enable-prefill-delayer`` and ``--prefill-delayer-max-delay-passes`` (:data:`SGLANG_PREFILL_DELAY_PASSES` where
+it gives none). Cards are counted as the engine counts devices: an Atlas A3 node has 16 (``ascend-910c-die``). Every field is
 checked; an unknown or misspelt field is an error naming it, as is a layout that cannot exist (a TP degree the
 heads do not divide, an EP group that does not divide the instance). A layout that does not fit in memory is not
 an error here: it is a result of the prediction.
@@ -84,9 +85,10 @@ ROLES = ("serve", "prefill", "decode")
 _TOP = ("model", "card", "quant", "engine", "kv_dtype", "graph", *ROLES, "mtp", "workload")
 _ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "memory_utilization",
          "prefill_delay_passes")
-#: Forward passes a DP rank may be held at most where the spec does not say (SGLang's
-#: ``--prefill-delayer-max-delay-passes`` default: sgl-project/sglang python/sglang/srt/server_args.py,
-#: ``prefill_delayer_max_delay_passes: int = 30``).
+#: SGLang's ``--prefill-delayer-max-delay-passes`` where a launch with ``--enable-prefill-delayer`` gives none
+#: (sgl-project/sglang python/sglang/srt/server_args.py: ``prefill_delayer_max_delay_passes: int = 30``).
+SGLANG_PREFILL_DELAY_PASSES = 30
+#: The most passes ``prefill_delay_passes`` may give (a check on the input, not an engine limit).
 MAX_PREFILL_DELAY_PASSES = 1000
 _MTP = ("draft_tokens", "acceptance")
 _WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio",
