@@ -41,7 +41,9 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
 
 A co-located SGLang role with DP attention may give ``prefill_delay_passes``: its launch's
 ``--enable-prefill-delayer`` and ``--prefill-delayer-max-delay-passes`` (:data:`SGLANG_PREFILL_DELAY_PASSES` where
-it gives none). Cards are counted as the engine counts devices: an Atlas A3 node has 16 (``ascend-910c-die``). Every field is
+it gives none).
+
+Cards are counted as the engine counts devices: an Atlas A3 node has 16 (``ascend-910c-die``). Every field is
 checked; an unknown or misspelt field is an error naming it, as is a layout that cannot exist (a TP degree the
 heads do not divide, an EP group that does not divide the instance). A layout that does not fit in memory is not
 an error here: it is a result of the prediction.

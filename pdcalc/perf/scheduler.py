@@ -10,8 +10,9 @@ with nothing to do runs an empty one. Co-located ranks schedule prefill as their
 (:data:`pdcalc.layout.served.SERVING_ENGINES`): a chunk of waiting prompts beside the decode batch within the
 token budget (``mixed``), or a step of waiting prompts on its own while the decode batch waits
 (``prefill-first``). SGLang's prefill delayer (``prefill_delay_passes``) holds a rank's waiting prompts, the
-ranks decoding meanwhile, until every rank of the instance has prompts to prefill or the passes run out. Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and
-each request then waits for its KV transfer and a decode rank with room. Request lengths are the stated ones or
+ranks decoding meanwhile, until every rank of the instance has prompts to prefill or the passes run out.
+Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and each request then waits
+for its KV transfer and a decode rank with room. Request lengths are the stated ones or
 drawn as the client draws them (``min_length_ratio``). Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
 kernel time plus a host time per step. Between two events (a request arriving or finishing) a rank's decode
 steps are alike, so they advance in one timeout; a run's events grow with its requests, not its tokens.
