@@ -325,8 +325,7 @@ def test_the_planner_steps_with_the_served_model_by_default():
                context=20000, concurrency=16, mfu=s.mfu, mbu=s.mbu, comm_eff=s.comm_eff).time_s
     assert pf == pytest.approx(t.k_prefill * float(ref) + 3 * t.host_s, rel=1e-12)   # three 8,192-token chunks
     # a P side pays one host step per chunk of the step its launch books (--max-num-batched-tokens)
-    from pdcalc.plan.launch import p_step_tokens
-    from pdcalc.plan.roles import _step
+    from pdcalc.plan.roles import _step, p_step_tokens
 
     chunk = p_step_tokens(s)
     side = _step(s, 1, 16, context=20000, concurrency=16, phase="prefill").time_s
@@ -422,7 +421,6 @@ def test_memory_utilization_sets_the_kv_room_as_each_engine_reads_it():
     default share and overhead apply."""
     from pdcalc.hardware.cards import get_card
     from pdcalc.layout.memory import card_weights
-    from pdcalc.layout.served import spec_from_dict
     from pdcalc.model.kv_cache import kv_bytes
     from pdcalc.perf import served as sv
 
