@@ -34,6 +34,16 @@ COMPUTE_DTYPE: dict[str, str] = {
     "article-1byte": "int8",
 }
 
+#: Where the routed experts are stored in FP4 and the card has no FP4 tensor cores (its ``flops_per_s`` lists no
+#: ``fp4``: Hopper and older), the engines multiply them weight-only: the FP4 weights are dequantized inside the
+#: kernel and multiplied with BF16 activations (vLLM, vllm/model_executor/layers/quantization/utils/
+#: marlin_utils_fp4.py: "Your GPU does not have native support for FP4 computation but FP4 quantization is being
+#: used. Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade performance for
+#: compute-heavy workloads."; SGLang's ``--moe-runner-backend marlin``, the MoE runner of its Hopper launches of
+#: DeepSeek-V4; Marlin, IST-DASLab/marlin README: "an extremely optimized FP16xINT4 matmul kernel"). Their
+#: GEMMs then run at the card's peak in this dtype.
+WEIGHT_ONLY_FP4_DTYPE = "bf16"
+
 # Efficiencies: assumptions, not measurements. Change them per call.
 DEFAULT_MFU = 0.5        # assumed share of the dense peak reached by the matmuls and attention kernels
 DEFAULT_MBU = 0.7        # assumed share of the HBM bandwidth reached when streaming weights and KV
@@ -69,6 +79,8 @@ class StepInputs:
     scalar: bool                # both given as scalars: the step's fields are floats
     lin_dtype: str              # compute dtype of the linear layers
     p_lin: float                # peak FLOP/s of the linear layers
+    expert_dtype: str           # compute dtype of the routed experts' GEMMs (lin_dtype unless weight-only FP4)
+    p_expert: float             # peak FLOP/s of the routed experts' GEMMs
     attn_dtype: str
     mfu: float
     mbu: float
@@ -185,13 +197,25 @@ def resolve(model, card, *, tp, dp, ep, context, concurrency, phase, quant, mfu,
         raise LayoutError(f"no compute dtype known for quantization scheme {scheme!r}; pass compute_dtype")
     lin_dtype = compute_dtype or COMPUTE_DTYPE[scheme]
     p_lin = peak_flops_per_s if peak_flops_per_s is not None else c.flops(lin_dtype)
+    expert_dtype, p_expert = lin_dtype, p_lin
+    if compute_dtype is None and peak_flops_per_s is None and weight_only_fp4(scheme, c):
+        expert_dtype = WEIGHT_ONLY_FP4_DTYPE
+        p_expert = c.flops(expert_dtype)
     c.flops(attn_dtype)
     return StepInputs(model=model, card_key=card, s=s, c=c, phase=phase, quant=quant, tp=tp, dp=dp, ep=ep,
-                      cards=cards, L=L, S=S, scalar=scalar, lin_dtype=lin_dtype, p_lin=p_lin, attn_dtype=attn_dtype,
+                      cards=cards, L=L, S=S, scalar=scalar, lin_dtype=lin_dtype, p_lin=p_lin,
+                      expert_dtype=expert_dtype, p_expert=p_expert, attn_dtype=attn_dtype,
                       mfu=mfu, mbu=mbu, comm_eff=comm_eff, overlap=overlap, kv_bytes=kv_bytes, act_bytes=act_bytes,
                       allreduces=allreduces_per_layer, dispatch_bytes=dispatch_bytes, combine_bytes=combine_bytes,
                       engine=engine, costs=costs, mtp_steps=mtp_steps, acceptance=acceptance, eplb=eplb,
                       redundant=redundant_experts, graph=graph, overlap_model=overlap_model, beyond=beyond)
+
+
+def weight_only_fp4(scheme, card) -> bool:
+    """Whether ``scheme`` stores the routed experts in FP4 and ``card`` has no FP4 tensor cores, so that the
+    experts are multiplied weight-only (:data:`WEIGHT_ONLY_FP4_DTYPE`)."""
+    fp4 = any(r.roles is not None and "expert" in r.roles and r.dtype == "fp4" for r in get_scheme(scheme).rules)
+    return fp4 and "fp4" not in get_card(card).flops_per_s
 
 
 def held_bytes(x: StepInputs):
@@ -211,4 +235,5 @@ def held_bytes(x: StepInputs):
 
 __all__ = ["COMPUTE_DTYPE", "COSTS", "DEFAULT_ACT_BYTES", "DEFAULT_ALLREDUCES_PER_LAYER", "DEFAULT_COMBINE_BYTES",
            "DEFAULT_COMM_EFF", "DEFAULT_COSTS", "DEFAULT_DISPATCH_BYTES", "DEFAULT_KV_BYTES", "DEFAULT_MBU",
-           "DEFAULT_MFU", "MESSAGE_DTYPE", "StepInputs", "held_bytes", "resolve"]
+           "DEFAULT_MFU", "MESSAGE_DTYPE", "StepInputs", "WEIGHT_ONLY_FP4_DTYPE", "held_bytes", "resolve",
+           "weight_only_fp4"]

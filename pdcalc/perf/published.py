@@ -169,6 +169,7 @@ class _Kernels:
         self.kinds, self.head, _ = gemm_plan(x.model, x.quant, x.tp, x.ep, x.redundant)
         self.q_per_seq = x.L if x.prefill else float(1 + x.mtp_steps)
         self.in_bytes = 1.0 if x.lin_dtype in ("fp8", "int8") else 2.0
+        self.expert_in_bytes = 1.0 if x.expert_dtype in ("fp8", "int8") else 2.0
         self.att = attention_ceilings(str(x.card_key) if x.card_key is not None else c.name, x.attn_dtype,
                                       "sparse" if s.sparse else "dense", topk=s.index_topk if s.sparse else None)
         self.P_attn = c.flops(x.attn_dtype)
@@ -193,9 +194,10 @@ class _Kernels:
         else:
             w = g.weight_bytes
         f = 2.0 * rows * g.n * g.k
-        b = gemm_bytes(rows, g.n, g.k, weight_bytes=w, in_bytes=self.in_bytes, out_bytes=x.act_bytes)
-        t, cb = gemm_seconds(op, g.n, g.k, flops=f, bytes_moved=b, card=self.c, dtype=x.lin_dtype,
-                             peak_flops_per_s=x.p_lin)
+        in_bytes, dtype, peak = ((self.expert_in_bytes, x.expert_dtype, x.p_expert) if g.routed else
+                                 (self.in_bytes, x.lin_dtype, x.p_lin))
+        b = gemm_bytes(rows, g.n, g.k, weight_bytes=w, in_bytes=in_bytes, out_bytes=x.act_bytes)
+        t, cb = gemm_seconds(op, g.n, g.k, flops=f, bytes_moved=b, card=self.c, dtype=dtype, peak_flops_per_s=peak)
         self.tally.kernel(part, t, cb, f, b, times)
         return t
 
@@ -352,6 +354,13 @@ def _table_sources(k: _Kernels) -> list:
                               "two ceilings per published shape (highest FLOP/s and bandwidth reached), "
                               "nearest shape by N and K" + (f"; carried to {c.name} {x.lin_dtype} as shares of "
                                                             f"its peak and HBM bandwidth" if carried else "")))
+    if x.expert_dtype != x.lin_dtype and any(op.startswith("grouped") for op in k.gemm_ops):
+        tabs = tuple(sorted({t for op in k.gemm_ops if op.startswith("grouped") for g in gemm_ceilings(op)
+                             for t in g.tables}))
+        out.append(CostSource("GEMM (routed experts)", f"{c.name} {x.expert_dtype}", f"{ref_card} {ref_dtype}",
+                              tabs, True, "FP4 experts on a card without FP4 tensor cores, multiplied weight-only "
+                              "(FP4 weights, BF16 activations: vLLM's and SGLang's Marlin MoE): the grouped GEMMs' "
+                              f"shares carried to {c.name}'s {x.expert_dtype} peak"))
     for op in ("dispatch", "combine"):
         if op in k.ep_sources:
             out.append(k.ep_sources[op])
