@@ -44,11 +44,11 @@ DTYPE_BYTES: dict[str, float] = {
 
 def dtype_bytes(dtype: str) -> float:
     """Bytes per element of ``dtype`` (e.g. ``dtype_bytes("fp4") == 0.5``)."""
-    from pdcalc.core.errors import UnknownNameError
-
     try:
         return DTYPE_BYTES[dtype]
     except KeyError:
+        from pdcalc.core.errors import UnknownNameError
+
         raise UnknownNameError("dtype", dtype, DTYPE_BYTES) from None
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from fnmatch import fnmatchcase
 
 import pandas as pd
@@ -74,11 +75,20 @@ class Scheme:
     mtp_vocab_copies: bool = False
     vocab_dtype: str = "bf16"
 
+    @cached_property
+    def _rules_by_tensor(self) -> dict:
+        """The rule of each (role, name) already looked up: a rule matches on those two alone."""
+        return {}
+
     def rule_for(self, t: Tensor) -> Rule:
-        for r in self.rules:
-            if r.matches(t):
-                return r
-        raise LookupError(f"scheme {self.name!r} has no rule for role {t.role!r}")
+        key = (t.role, t.name)
+        found = self._rules_by_tensor.get(key)
+        if found is None:
+            found = next((r for r in self.rules if r.matches(t)), None)
+            if found is None:
+                raise LookupError(f"scheme {self.name!r} has no rule for role {t.role!r}")
+            self._rules_by_tensor[key] = found
+        return found
 
     def dtype_for(self, t: Tensor) -> str:
         r = self.rule_for(t)
@@ -99,8 +109,19 @@ class Scheme:
             return lead * out * (len(r.scale_dtypes) or r.scale_block)
         raise ValueError(f"unknown scale kind {r.scale!r}")
 
+    @cached_property
+    def _bytes_by_tensor(self) -> dict:
+        """:meth:`tensor_bytes` of each tensor already sized (the planner sizes every layout's cards)."""
+        return {}
+
     def tensor_bytes(self, t: Tensor) -> float:
         """Bytes of all instances of ``t``: weights plus scales."""
+        found = self._bytes_by_tensor.get(t)
+        if found is None:
+            found = self._bytes_by_tensor[t] = self._tensor_bytes(t)
+        return found
+
+    def _tensor_bytes(self, t: Tensor) -> float:
         r = self.rule_for(t)
         if r.scale_dtypes:
             scales = self.scale_count(t) / len(r.scale_dtypes) * sum(dtype_bytes(d) for d in r.scale_dtypes)
