@@ -168,8 +168,9 @@ class _Kernels:
         self.x, self.s, self.c, self.tally = x, s, c, tally
         self.kinds, self.head, _ = gemm_plan(x.model, x.quant, x.tp, x.ep, x.redundant)
         self.q_per_seq = x.L if x.prefill else float(1 + x.mtp_steps)
-        self.in_bytes = 1.0 if x.lin_dtype in ("fp8", "int8") else 2.0
-        self.expert_in_bytes = 1.0 if x.expert_dtype in ("fp8", "int8") else 2.0
+        # (activation bytes, dtype, peak) of a GEMM: the routed experts' (True) and the other layers' (False)
+        self.gemm_dtype = {routed: (1.0 if dtype in ("fp8", "int8") else 2.0, dtype, peak) for routed, dtype, peak
+                           in ((False, x.lin_dtype, x.p_lin), (True, x.expert_dtype, x.p_expert))}
         self.att = attention_ceilings(str(x.card_key) if x.card_key is not None else c.name, x.attn_dtype,
                                       "sparse" if s.sparse else "dense", topk=s.index_topk if s.sparse else None)
         self.P_attn = c.flops(x.attn_dtype)
@@ -194,8 +195,7 @@ class _Kernels:
         else:
             w = g.weight_bytes
         f = 2.0 * rows * g.n * g.k
-        in_bytes, dtype, peak = ((self.expert_in_bytes, x.expert_dtype, x.p_expert) if g.routed else
-                                 (self.in_bytes, x.lin_dtype, x.p_lin))
+        in_bytes, dtype, peak = self.gemm_dtype[g.routed]
         b = gemm_bytes(rows, g.n, g.k, weight_bytes=w, in_bytes=in_bytes, out_bytes=x.act_bytes)
         t, cb = gemm_seconds(op, g.n, g.k, flops=f, bytes_moved=b, card=self.c, dtype=dtype, peak_flops_per_s=peak)
         self.tally.kernel(part, t, cb, f, b, times)
