@@ -272,8 +272,7 @@ def cmd_throughput(args) -> int:
            "kv": {"engine": engine, "kv_cache_dtype": args.kv_dtype or "auto",
                   "bytes_per_sequence": float(seq.total_bytes)},
            "efficiencies": {"mfu": args.mfu, "mbu": args.mbu, "comm_eff": args.comm_eff, "overlap": args.overlap},
-           "served_terms": None if terms is None else {"k_decode": terms.k_decode, "k_prefill": terms.k_prefill,
-                                                       "host_ms": terms.host_s * 1e3, "from": terms.label},
+           "served_terms": None if terms is None else terms.as_dict(),
            "memory": {"weights_bytes": w.total_bytes, "kv_cache_bytes": per_card_kv, "usable_bytes": b.usable_bytes,
                       "fits": b.fits, "verdict": b.verdict(),
                       "rule": "weights (MTP draft as given) + the KV cache of a rank's sequences <= utilization x "
@@ -288,7 +287,7 @@ def cmd_throughput(args) -> int:
         step_s, tokens_s = float(st.time_s), float(st.tokens_per_s)
         if terms is not None:
             k = terms.k_decode if phase == "decode" else terms.k_prefill
-            step_s = k * step_s + terms.host_s
+            step_s = k * step_s + terms.host_for(args.dp)
             tokens_s = float(st.tokens_per_s) * float(st.time_s) / step_s
         out["phases"][phase] = {
             "step_s": step_s, "tokens_per_s": tokens_s, "tokens_per_s_per_card": tokens_s / (args.tp * args.dp),
@@ -303,7 +302,7 @@ def cmd_throughput(args) -> int:
           f"concurrency {args.concurrency}")
     if terms is not None:
         print(f"  step model: served (published kernels x {terms.k_decode:.3g} decode, x {terms.k_prefill:.3g} "
-              f"prefill, + {_sig(terms.host_s * 1e3)} ms per step; {terms.label})")
+              f"prefill, + {terms.host_text()}; {terms.label})")
     for phase, r in out["phases"].items():
         what = "prompts" if phase == "prefill" else "sequences, one token each"
         print(f"  {phase:<8} step {r['step_s'] * 1e3:9.2f} ms  {r['tokens_per_s']:>12,.0f} tokens/s "
@@ -352,9 +351,7 @@ def cmd_plan(args) -> int:
     out = {"model": args.model, "card": args.card, "cards": args.cards, "costs": args.costs,
            "objectives": {k: (None if a is None else a.as_dict()) for k, a in goals.items()},
            "ttft_out_of_reach": out_of_reach_dict(p),
-           "served_terms": ({"k_decode": setup.terms.k_decode, "k_prefill": setup.terms.k_prefill,
-                             "host_ms": setup.terms.host_s * 1e3, "from": setup.terms.label}
-                            if args.costs == "served" else None),
+           "served_terms": setup.terms.as_dict() if args.costs == "served" else None,
            "ranges": ("80 %: the 10th to 90th percentile of held-out errors of the served model's class"
                       if args.costs == "served" else
                       "none: the roofline is the hardware's bound" if args.costs == "roofline" else
@@ -380,7 +377,7 @@ def cmd_plan(args) -> int:
     if args.costs == "served":
         tm = setup.terms
         print(f"  step model: served (decode kernels x {tm.k_decode:.3g}, prefill x {tm.k_prefill:.3g}, host "
-              f"{_sig(tm.host_s * 1e3)} ms per step; {tm.label}); ranges: 80 % of held-out errors")
+              f"{tm.host_text()}; {tm.label}); ranges: 80 % of held-out errors")
     else:
         print(f"  step model: {'the roofline, the hardware bound' if args.costs == 'roofline' else 'published kernel costs alone'}"
               f" (no range)")
@@ -486,7 +483,7 @@ def cmd_predict(args) -> int:
     print(f"  the hardware's bound (published kernels, no host time): {_sig(p.bound_output_tokens_per_s)} tokens/s, "
           f"TPOT {_sig(p.bound_tpot_ms)} ms")
     print(f"  terms: decode kernels x {p.terms.k_decode:.3g}, prefill x {p.terms.k_prefill:.3g}, host "
-          f"{_sig(p.terms.host_s * 1e3)} ms per step ({p.terms.label})")
+          f"{p.terms.host_text()} ({p.terms.label})")
     if "calibration_moves_pct" in out:
         mv = out["calibration_moves_pct"]
         print(f"  your calibration moves the corpus prediction: output {mv['output_tokens_per_s']:+.0f} %, "
@@ -513,17 +510,14 @@ def cmd_calibrate(args) -> int:
         raise ConfigError(args.output, "-o", "write the calibration outside book/")
     out_path.write_text(text)
     moves = other_loads(spec, prior, c.terms)
-    out = {"output": args.output, "terms": {"k_decode": c.terms.k_decode, "k_prefill": c.terms.k_prefill,
-                                             "host_ms": c.terms.host_s * 1e3},
-           "corpus_terms": {"k_decode": prior.k_decode, "k_prefill": prior.k_prefill, "host_ms": prior.host_s * 1e3,
-                            "from": prior.label},
+    terms = {k: v for k, v in c.terms.as_dict().items() if k != "from"}
+    out = {"output": args.output, "terms": terms, "corpus_terms": prior.as_dict(),
            "measured": c.measured, "before": {k: c.before[k] for k in c.measured},
            "after": {k: c.after[k] for k in c.measured}, "other_loads": moves}
     if args.json:
         return _print_json(out, indent=2)
     print(f"{args.output}: decode kernels x {c.terms.k_decode:.3g}, prefill x {c.terms.k_prefill:.3g}, host "
-          f"{_sig(c.terms.host_s * 1e3)} ms per step (corpus: x {prior.k_decode:.3g}, x {prior.k_prefill:.3g}, "
-          f"{_sig(prior.host_s * 1e3)} ms)")
+          f"{c.terms.host_text()} (corpus: x {prior.k_decode:.3g}, x {prior.k_prefill:.3g}, {prior.host_text()})")
     names = {"output_tokens_per_s": ("output", "tokens/s", 1.0), "tpot_s": ("TPOT", "ms", 1e3),
              "ttft_s": ("TTFT", "ms", 1e3)}
     for k, v in c.measured.items():

@@ -46,6 +46,44 @@ def test_one_request_is_one_prefill_then_decode_steps():
     assert r.output_tokens_per_s == pytest.approx(200 / (prefill + 199 * step), rel=1e-12)
 
 
+def test_the_dp_host_factor_applies_where_dp_ranks_step_together():
+    """The host time of a role whose DP ranks step together is ``f`` times the host time per step, in the
+    simulation and the steady state alike; a role of one DP rank pays the host time alone; the design reads a
+    run of DP ranks at ``f h``."""
+    f3 = replace(TERMS, dp_host_factor=3.0)
+    tripled = replace(TERMS, host_s=3 * TERMS.host_s)
+    w = {"prompt": 3000, "output": 300, "concurrency": 24, "num_prompts": 60, "min_length_ratio": 0.0}
+    one = served_tables(spec(serve={"tp": 8}, engine="sglang", workload=w))
+    many = served_tables(spec(serve={"tp": 2, "dp": 4, "ep": 8}, engine="sglang", workload=w))
+    assert simulate(one, f3) == simulate(one, TERMS)
+    assert simulate(many, f3) == simulate(many, tripled)
+    assert simulate(many, f3) != simulate(many, TERMS)
+    from pdcalc.perf.served import steady_state
+    for a, b in ((f3, tripled),):
+        sa, sb = steady_state(many, a), steady_state(many, b)
+        assert float(sa.tpot_s[0]) == pytest.approx(float(sb.tpot_s[0]), rel=1e-12)
+    assert float(steady_state(one, f3).tpot_s[0]) == pytest.approx(float(steady_state(one, TERMS).tpot_s[0]),
+                                                                    rel=1e-12)
+    # disaggregated: each role by its own DP
+    pd_spec = spec_from_dict({"model": "deepseek-v3", "card": "h200", "engine": "sglang",
+                              "prefill": {"tp": 8}, "decode": {"tp": 2, "dp": 4, "ep": 8},
+                              "workload": {"prompt": 3000, "output": 300, "request_rate": 2.0, "num_prompts": 40}},
+                             "test")
+    assert (TERMS.host_for(1), f3.host_for(1), f3.host_for(4)) == (TERMS.host_s, TERMS.host_s, 3 * TERMS.host_s)
+    assert cal.steps_together(pd_spec) and not cal.steps_together(one.spec)
+    # the design read at f h is the fit grid's point at that host time
+    rows = pd.DataFrame(cal.simulate_design(many, "x", homogeneous=True))
+    ih = len(cal.RH_FIT) // 2
+    f = cal.RH_FIT[ih + 1] / cal.RH_FIT[ih]
+    base, scaled = cal.surrogate(rows), cal.surrogate(rows, f)
+    per_kd = len(cal.RP_FIT) * len(cal.RH_FIT)
+    for k in (0, len(cal.KD_FIT) // 2):
+        for r in (0, len(cal.RP_FIT) - 1):
+            i = k * per_kd + r * len(cal.RH_FIT) + ih
+            for m in cal.METRICS:
+                assert scaled[m][i] == pytest.approx(base[m][i + 1], rel=1e-5), (k, r, m)
+
+
 def test_closed_loop_scales_with_the_kernel_factor():
     """What the stored design relies on: every time of a closed loop is k times longer when all terms are."""
     t = served_tables(spec(serve={"tp": 4, "dp": 2, "ep": 8}, engine="sglang",
@@ -152,7 +190,7 @@ def test_stored_terms_are_the_refit(refit):
     fresh = cal.corpus_fits(pts)
     assert set(stored) == set(fresh)
     for key, row in fresh.items():
-        for k in ("k_decode", "k_prefill", "host_ms", "runs", "documents"):
+        for k in ("k_decode", "k_prefill", "host_ms", "dp_host_factor", "runs", "documents"):
             assert stored[key][k] == pytest.approx(row[k], rel=1e-5), (key, k)
 
 
@@ -171,10 +209,11 @@ def test_held_out_terms_leave_the_document_out(refit):
         assert (rows.iloc[0]["k_decode"], rows.iloc[0]["k_prefill"]) == pytest.approx(
             (terms.k_decode, terms.k_prefill), rel=1e-5)
         assert rows.iloc[0]["host_ms"] == pytest.approx(terms.host_s * 1e3, rel=1e-5, abs=1e-9)
+        assert rows.iloc[0]["dp_host_factor"] == pytest.approx(terms.dp_host_factor, rel=1e-5)
     for _, row in held.iloc[:: max(1, len(held) // 3)].iterrows():
         t = cal.tables_of(by_id[row["id"]])
         sim = simulate(t, ServedTerms(k_decode=row["k_decode"], k_prefill=row["k_prefill"],
-                                      host_s=row["host_ms"] / 1e3))
+                                      host_s=row["host_ms"] / 1e3, dp_host_factor=row["dp_host_factor"]))
         got = {"output_tokens_per_s": sim.output_tokens_per_s, "tpot_s": sim.mean_tpot_s,
                "ttft_s": sim.mean_ttft_s}[row["metric"]]
         assert got == pytest.approx(row["predicted"], rel=1e-4)
@@ -285,7 +324,9 @@ def test_calibrate_refuses_a_result_of_another_workload(tmp_path):
 
 
 @pytest.mark.parametrize("body, field", [("", "[terms]"), ("[terms]\nk_decode = 2\nk_prefill = 1\n", "host_ms"),
-                                         ("[terms]\nk_decode = -1\nk_prefill = 1\nhost_ms = 1\n", "k_decode")])
+                                         ("[terms]\nk_decode = -1\nk_prefill = 1\nhost_ms = 1\n", "k_decode"),
+                                         ("[terms]\nk_decode = 1\nk_prefill = 1\nhost_ms = 1\ndp_host_factor = 0.5\n",
+                                          "dp_host_factor")])
 def test_a_bad_calibration_file_is_one_line(tmp_path, body, field):
     f = tmp_path / "c.toml"
     f.write_text(body)
@@ -318,19 +359,20 @@ def test_the_planner_steps_with_the_served_model_by_default():
     got = timed_step(s, phase="decode", **kw).time_s
     ref = step("deepseek-v3", "h800", costs="published", quant=s.quant, mtp_steps=2, mtp_acceptance=s.acceptance,
                phase="decode", mfu=s.mfu, mbu=s.mbu, comm_eff=s.comm_eff, **kw).time_s
-    assert got == pytest.approx((t.k_decode * np.asarray(ref) + t.host_s) / s.emitted, rel=1e-12)
+    h = t.host_s * t.dp_host_factor                               # DP 16: the ranks step together
+    assert got == pytest.approx((t.k_decode * np.asarray(ref) + h) / s.emitted, rel=1e-12)
     assert 1 < s.emitted < 3
     pf = timed_step(s, phase="prefill", tp=1, dp=16, ep=16, context=20000, concurrency=16).time_s
     ref = step("deepseek-v3", "h800", costs="published", quant=s.quant, phase="prefill", tp=1, dp=16, ep=16,
                context=20000, concurrency=16, mfu=s.mfu, mbu=s.mbu, comm_eff=s.comm_eff).time_s
-    assert pf == pytest.approx(t.k_prefill * float(ref) + 3 * t.host_s, rel=1e-12)   # three 8,192-token chunks
+    assert pf == pytest.approx(t.k_prefill * float(ref) + 3 * h, rel=1e-12)   # three 8,192-token chunks
     # a P side pays one host step per chunk of the step its launch books (--max-num-batched-tokens)
     from pdcalc.plan.roles import _step, p_step_tokens
 
     chunk = p_step_tokens(s)
     side = _step(s, 1, 16, context=20000, concurrency=16, phase="prefill").time_s
     assert chunk < 8192
-    assert side == pytest.approx(t.k_prefill * float(ref) + math.ceil(20000 / chunk) * t.host_s, rel=1e-12)
+    assert side == pytest.approx(t.k_prefill * float(ref) + math.ceil(20000 / chunk) * h, rel=1e-12)
 
 
 def test_planner_rows_carry_ranges_under_the_served_model_only():

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from pdcalc.perf.served import ServedTables, ServedTerms, chunk_s
+from pdcalc.perf.served import ServedTables, ServedTerms, chunk_s, role_dp
 
 #: Seed of the open loop's arrival times (a run is reproducible).
 SEED = 20261202
@@ -210,7 +210,7 @@ class _PrefillRank:
                 batch.append(nxt)
                 tokens += nxt.prompt
             p = t.prefill
-            yield env.timeout(sim.kp * float(chunk_s(p, tokens, mixed=False)) + sim.h * max(1.0, tokens / p.budget))
+            yield env.timeout(sim.kp * float(chunk_s(p, tokens, mixed=False)) + sim.h_p * max(1.0, tokens / p.budget))
             for r in batch:
                 env.process(sim.to_decode(r))
 
@@ -218,7 +218,10 @@ class _PrefillRank:
 class _Sim:
     def __init__(self, t: ServedTables, terms: ServedTerms, n: int):
         self.t, self.n = t, n
-        self.kd, self.kp, self.h = terms.k_decode, terms.k_prefill, terms.host_s
+        self.kd, self.kp = terms.k_decode, terms.k_prefill
+        # host seconds per step of the decode (co-located: serving) ranks and of the disaggregated prefill ranks;
+        # the spec's DP, which a scaled-down run keeps
+        self.h, self.h_p = terms.host_for(role_dp(t.spec, "decode")), terms.host_for(role_dp(t.spec, "prefill"))
         self.env = simpy.Environment()
         self.done: list[_Req] = []
         self.sent = 0

@@ -4,7 +4,8 @@ and what a served run pays beyond its kernels.
 
 A served step takes ``k`` times its published kernel time plus a fixed host time per scheduler step
 (:class:`ServedTerms`: scheduler, sampling, launch gaps; estimated from served benchmarks by
-:mod:`pdcalc.reality.calibration`). Per DP rank, with ``b`` sequences decoding, ``a`` tokens emitted per step
+:mod:`pdcalc.reality.calibration`); a role whose DP ranks step together pays ``f`` times that host time
+(:data:`DP_SYNC_SOURCES`: the ranks agree on every step's batch on the host). Per DP rank, with ``b`` sequences decoding, ``a`` tokens emitted per step
 (MTP: ``1 + sum_i acc^i``) and ``tau`` seconds of prefill per prompt token at the scheduler's token budget:
 
 .. math::
@@ -64,15 +65,51 @@ FRACTION_ENGINES = ("sglang",)
 BATCH_GRID = 40
 
 
+#: Why ranks that step together pay more host time per step: before every step the engines gather each DP
+#: rank's batch on the host (a collective over the CPU process group), and a rank with nothing to run takes an
+#: idle step. How long this takes is published nowhere, so its factor is estimated with the other terms.
+DP_SYNC_SOURCES = (
+    "sgl-project/sglang, python/sglang/srt/managers/scheduler.py, prepare_mlp_sync_batch_raw (DP attention): "
+    "'torch.distributed.all_gather_into_tensor(global_info.flatten(), local_info, group=tp_cpu_group)' ... "
+    "'if local_batch is None and max(global_num_tokens) > 0: local_batch = get_idle_batch()'",
+    "vllm-project/vllm, vllm/forward_context.py, DPMetadata.num_tokens_across_dp: "
+    "'dist.all_reduce(num_tokens_tensor, group=get_dp_group().cpu_group)'",
+    "vllm-project/vllm-ascend, model_runner _get_forward_metadata_across_dp: 'dist.all_reduce(forward_metadata, "
+    "op=ReduceOp.MAX, group=get_dp_group().cpu_group)'",
+)
+
+
 @dataclass(frozen=True)
 class ServedTerms:
     """What a served step pays beyond the published kernel costs: its kernel time ``x k`` per phase and a fixed
-    host time per scheduler step. ``ServedTerms()`` is the kernels alone."""
+    host time per scheduler step, ``dp_host_factor`` times that where a role's DP ranks step together
+    (:data:`DP_SYNC_SOURCES`). ``ServedTerms()`` is the kernels alone."""
 
     k_decode: float = 1.0
     k_prefill: float = 1.0
     host_s: float = 0.0
     label: str = "published kernel costs alone"
+    dp_host_factor: float = 1.0
+
+    def as_dict(self) -> dict:
+        """The terms as the CLI's JSON prints them (host time in milliseconds)."""
+        return {"k_decode": self.k_decode, "k_prefill": self.k_prefill, "host_ms": self.host_s * 1e3,
+                "dp_host_factor": self.dp_host_factor, "from": self.label}
+
+    def host_text(self) -> str:
+        """The host time in words: per step, and where DP ranks step together."""
+        ms = f"{self.host_s * 1e3:.3g} ms per step"
+        return ms if self.dp_host_factor == 1.0 else f"{ms} (x {self.dp_host_factor:.3g} where DP ranks step together)"
+
+    def host_for(self, dp: int) -> float:
+        """Host seconds per step of a role with ``dp`` DP ranks (stepping together when more than one)."""
+        return self.host_s * (self.dp_host_factor if dp > 1 else 1.0)
+
+
+def role_dp(spec: ServedSpec, role: str) -> int:
+    """DP ranks of ``spec``'s ``role`` (``decode`` or ``prefill``; a co-located deployment serves both)."""
+    r = getattr(spec, role) if spec.disaggregated else spec.serve
+    return max(int(r.dp), 1)
 
 
 @dataclass(frozen=True)
@@ -236,11 +273,13 @@ class SteadyState:
     binds: np.ndarray              # what limits the throughput
 
 
-def _terms(terms) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _terms(terms, spec: ServedSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Kernel factors and host seconds per step of the decode and the prefill role, one per set of terms."""
     if isinstance(terms, ServedTerms):
         terms = [terms]
+    dd, dpf = role_dp(spec, "decode"), role_dp(spec, "prefill")
     return (np.array([t.k_decode for t in terms], float), np.array([t.k_prefill for t in terms], float),
-            np.array([t.host_s for t in terms], float))
+            np.array([t.host_for(dd) for t in terms], float), np.array([t.host_for(dpf) for t in terms], float))
 
 
 def _bisect(f, lo, hi, n: int = 48):
@@ -310,7 +349,7 @@ def _waves(t: ServedTables, kd, kp, h) -> SteadyState:
 def steady_state(t: ServedTables, terms) -> SteadyState:
     """Output tokens/s, TPOT and TTFT of ``t``'s spec under ``terms`` (one :class:`ServedTerms` or a list of
     them: the results are arrays, one per set); see the module docstring."""
-    kd, kp, h = _terms(terms)
+    kd, kp, h, h_p = _terms(terms, t.spec)
     w, d, pr = t.spec.workload, t.decode, t.prefill
     O, P, a = w.mean_output, w.mean_prompt, t.emitted
     colo = not t.spec.disaggregated
@@ -333,9 +372,9 @@ def steady_state(t: ServedTables, terms) -> SteadyState:
         lam_cap = _bisect(lambda lam: np.where(feasible(lam), -1.0, 1.0), np.zeros_like(kd), lam_hi)
     else:
         batch_tokens = max(min(float(pr.budget), max(pr.max_batch, 1.0) * P), P)   # prompts up to budget and cap
-        pf_step = kp * chunk_s(pr, batch_tokens, mixed=False) + h * np.ceil(batch_tokens / pr.budget)
+        pf_step = kp * chunk_s(pr, batch_tokens, mixed=False) + h_p * np.ceil(batch_tokens / pr.budget)
         mu = pr.ranks * (batch_tokens / P) / pf_step             # prompts per second the prefill ranks serve
-        first = kp * pr.prompt_s + h * steps_per_prompt
+        first = kp * pr.prompt_s + h_p * steps_per_prompt
 
         def step_s(b):
             return kd * np.interp(b, d.batch, d.decode_s) + h

@@ -148,8 +148,8 @@ def timed_step(setup: Setup, *, tp: int, dp: int, ep: int | None, context, concu
     """One step of ``setup``'s model on a TP x DP (x EP) layout under the plan's cost model
     (:attr:`Setup.costs`): ``served`` (the default), the published kernel costs times the served terms' factor
     of the phase plus their host time per scheduler step (a prompt's chunks of ``chunk_tokens`` each pay it;
-    ``None``: the engines' default token budget), a decode step divided by the tokens a sequence advances with
-    MTP; ``published`` or ``roofline`` as :func:`pdcalc.perf.step.step` computes them (the roofline: the
+    ``None``: the engines' default token budget; ``dp_host_factor`` times it where ``dp`` ranks step together), a
+    decode step divided by the tokens a sequence advances with MTP; ``published`` or ``roofline`` as :func:`pdcalc.perf.step.step` computes them (the roofline: the
     hardware's bound)."""
     kw = {**_kv_step_kwargs(setup), **setup.step_kwargs}
     kw.pop("costs", None)
@@ -162,9 +162,9 @@ def timed_step(setup: Setup, *, tp: int, dp: int, ep: int | None, context, concu
                    mtp_acceptance=setup.acceptance if mtp else None, **common, **kw)
     terms = setup.terms
     if phase == "decode":
-        return Timed((terms.k_decode * np.asarray(st.time_s, dtype=float) + terms.host_s) / setup.emitted)
+        return Timed((terms.k_decode * np.asarray(st.time_s, dtype=float) + terms.host_for(dp)) / setup.emitted)
     chunks = np.ceil(np.asarray(context, dtype=float) / (chunk_tokens or DEFAULT_TOKEN_BUDGET))
-    return Timed(terms.k_prefill * np.asarray(st.time_s, dtype=float) + terms.host_s * chunks)
+    return Timed(terms.k_prefill * np.asarray(st.time_s, dtype=float) + terms.host_for(dp) * chunks)
 
 
 def _check_compute(setup: Setup) -> None:

@@ -2,7 +2,8 @@
 every error this module reports is out of sample, the run's whole source document left out of the fit.
 
 The terms (:class:`pdcalc.perf.served.ServedTerms`: kernel-time factors ``k_d`` for decode and ``k_p`` for
-prefill, and a host time ``h`` per scheduler step) belong to a *class* of runs: the card's vendor, the serving
+prefill, a host time ``h`` per scheduler step, and the factor ``f`` on it where a role's DP ranks step together)
+belong to a *class* of runs: the card's vendor, the serving
 engine and the model family (:func:`term_class`). A class is fitted on its own runs where the training set holds
 at least :data:`MIN_SOURCES` documents of it, else on the first pool of :data:`POOLS` that does: pooled where
 data are thin.
@@ -12,13 +13,14 @@ measured: output tokens/s, mean TPOT and mean TTFT where printed. It minimises t
 weighted by one over its document's run count so that no document outweighs another, and TTFT (which holds the
 queue of a saturated closed loop) a quarter:
 
-.. math:: \\min_{k_d, k_p, h} \\sum_{r} \\frac{1}{n_{s(r)}} \\sum_{m} w_m \\Bigl|\\log \\frac{\\hat y_m(r; k_d, k_p,
+.. math:: \\min_{k_d, k_p, h, f} \\sum_{r} \\frac{1}{n_{s(r)}} \\sum_{m} w_m \\Bigl|\\log \\frac{\\hat y_m(r; k_d, k_p,
    h)}{y_m(r)}\\Bigr|
 
 Simulating every run at every candidate is too slow, so each run is simulated once on a design
 (:func:`design_points`) and the fit reads an interpolation of it. A closed loop without a KV transfer scales
 exactly with the kernel factor (every time in the run is ``k_d`` times longer when ``k_d``, ``k_p`` and ``h`` are),
-so its design spans ``k_p / k_d`` and ``h / k_d`` only; other runs span ``k_d`` as well. The design is computed by
+so its design spans ``k_p / k_d`` and ``h / k_d`` only; other runs span ``k_d`` as well. A run whose DP ranks
+step together reads its design at ``f h``, which the host axis spans for every ``f`` of the fit. The design is computed by
 ``tools/calibrate_corpus.py`` and stored (``pdcalc/data/served_design.csv``), with the fit and the held-out table
 (``served_calibration.toml``, ``served_held_out.csv``); the test suite re-simulates a sample of it and refits
 from it.
@@ -46,11 +48,14 @@ from pdcalc.perf.served import ServedTables, ServedTerms, served_tables
 #: factor relative to it and the host seconds per step relative to it.
 KD_DESIGN = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 RP_DESIGN = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-RH_DESIGN = (0.0, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+RH_DESIGN = (0.0, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
 #: The grid the fit searches (interpolated from the design).
 KD_FIT = tuple(float(x) for x in np.round(np.geomspace(0.5, 16.0, 31), 4))
 RP_FIT = tuple(float(x) for x in np.round(np.geomspace(0.25, 8.0, 16), 4))
 RH_FIT = (0.0, *(float(x) for x in np.round(np.geomspace(3e-4, 3e-2, 13), 6)))
+#: The host-time factor of a role whose DP ranks step together (at the prefill ratio's resolution; its largest
+#: times the largest ``h / k_d`` is inside the design).
+F_FIT = tuple(float(x) for x in np.round(np.geomspace(1.0, 8.0, 10), 4))
 #: Host time offset of the interpolation axis (seconds): ``log(h / k_d + H0)`` is interpolated linearly.
 H0 = 1e-4
 #: Weight of each metric in the fit.
@@ -182,23 +187,40 @@ def _weights(x_design, x_new) -> np.ndarray:
 
 
 @cache
-def _axes():
+def _axes(f: float = 1.0):
+    """Interpolation matrices from the design to the fit grid; ``f``: the host axis read at ``f`` times the
+    grid's host times (a run whose DP ranks step together)."""
     lg = np.log
     w_rp = _weights(lg(RP_DESIGN), lg(RP_FIT))
-    w_rh = _weights(lg(np.asarray(RH_DESIGN) + H0), lg(np.asarray(RH_FIT) + H0))
+    w_rh = _weights(lg(np.asarray(RH_DESIGN) + H0), lg(f * np.asarray(RH_FIT) + H0))
     w_kd = _weights(lg(KD_DESIGN), lg(KD_FIT))
     return w_kd, w_rp, w_rh
 
 
-def fit_grid() -> list[ServedTerms]:
-    """The candidates the fit searches, in the order of :func:`surrogate`'s flattened arrays."""
-    return [ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, label="grid")
-            for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT]
+#: Candidates of the kernel factors and the host time (the fit grid without ``f``).
+N_BASE = len(KD_FIT) * len(RP_FIT) * len(RH_FIT)
 
 
-def surrogate(rows: pd.DataFrame) -> dict[str, np.ndarray]:
-    """One run's log figures over the fit grid (flattened kd x rp x rh), interpolated from its design rows."""
-    w_kd, w_rp, w_rh = _axes()
+@cache
+def fit_grid() -> tuple[ServedTerms, ...]:
+    """The candidates the fit searches: the kernel factors and host time (in the order of :func:`surrogate`'s
+    flattened arrays), each at every ``f`` of :data:`F_FIT` (the fastest-varying)."""
+    return tuple(ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, dp_host_factor=f, label="grid")
+            for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT for f in F_FIT)
+
+
+def steps_together(spec) -> bool:
+    """Whether ``spec``'s decode (co-located: serving) ranks step together, which the DP host factor applies to
+    (the corpus's disaggregated runs have DP ranks on both sides)."""
+    from pdcalc.perf.served import role_dp
+
+    return role_dp(spec, "decode") > 1
+
+
+def surrogate(rows: pd.DataFrame, f: float = 1.0) -> dict[str, np.ndarray]:
+    """One run's log figures over the kernel factors and host times of the fit grid (flattened kd x rp x rh),
+    interpolated from its design rows, with its host times ``f`` times the grid's."""
+    w_kd, w_rp, w_rh = _axes(f)
     out = {}
     kds = sorted(rows["kd"].unique())
     for m in METRICS:
@@ -216,6 +238,15 @@ def surrogate(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     return out
 
 
+def grid_surrogate(rows: pd.DataFrame, together: bool) -> dict[str, np.ndarray]:
+    """One run's log figures over the whole fit grid: an array ``(N_BASE, len(F_FIT))`` for a run whose DP ranks
+    step together, else ``(N_BASE,)`` (the same at every ``f``)."""
+    if not together:
+        return surrogate(rows)
+    per_f = [surrogate(rows, f) for f in F_FIT]
+    return {m: np.stack([s[m] for s in per_f], axis=1) for m in METRICS}
+
+
 @dataclass(frozen=True)
 class Point:
     """One predictable run: its class, document, what it measured and its log errors over the fit grid."""
@@ -224,7 +255,7 @@ class Point:
     source_id: str
     cls: tuple
     observed: dict
-    errors: dict          # metric -> log(predicted / measured) over the grid
+    errors: dict          # metric -> log(predicted / measured) over the grid (see grid_surrogate)
 
 
 def make_points(runs, design: pd.DataFrame) -> tuple[Point, ...]:
@@ -232,7 +263,7 @@ def make_points(runs, design: pd.DataFrame) -> tuple[Point, ...]:
     by_id = dict(tuple(design.groupby("id")))
     out = []
     for r in runs:
-        s = surrogate(by_id[r.id])
+        s = grid_surrogate(by_id[r.id], steps_together(r.spec))
         obs = observed(r)
         out.append(Point(id=r.id, source_id=r.source_id, cls=term_class(r), observed=obs,
                          errors={m: s[m] - math.log(v) for m, v in obs.items()}))
@@ -241,14 +272,16 @@ def make_points(runs, design: pd.DataFrame) -> tuple[Point, ...]:
 
 # ------------------------------------------------------------------------------ fitting
 def _objective(pts) -> np.ndarray:
+    """The fit's loss at every candidate of :func:`fit_grid` (flattened)."""
     n_src: dict = {}
     for p in pts:
         n_src[p.source_id] = n_src.get(p.source_id, 0) + 1
-    total = np.zeros(len(KD_FIT) * len(RP_FIT) * len(RH_FIT))
+    total = np.zeros((N_BASE, len(F_FIT)))
     for p in pts:
         for m, e in p.errors.items():
-            total += METRIC_WEIGHT[m] * np.abs(e) / n_src[p.source_id]
-    return total
+            a = METRIC_WEIGHT[m] * np.abs(e) / n_src[p.source_id]
+            total += a if a.ndim == 2 else a[:, None]
+    return total.ravel()
 
 
 def fit(pts, cls: tuple[str, str, str]) -> tuple[ServedTerms, str, str]:
@@ -262,6 +295,7 @@ def fit(pts, cls: tuple[str, str, str]) -> tuple[ServedTerms, str, str]:
             g = grid[int(np.argmin(_objective(pool)))]
             key = pool_key(cls, fields)
             return (ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s,
+                                dp_host_factor=g.dp_host_factor,
                                 label=f"served corpus, pool {key}: {len(pool)} runs, {docs} documents"), name, key)
     return ServedTerms(), "none", "none"
 
@@ -280,7 +314,8 @@ def corpus_fits(pts) -> dict[str, dict]:
             if docs >= MIN_SOURCES:
                 g = fit_grid()[int(np.argmin(_objective(pool)))]
                 out[key] = {"pool": name, "k_decode": g.k_decode, "k_prefill": g.k_prefill, "host_ms":
-                            round(g.host_s * 1e3, 6), "runs": len(pool), "documents": docs}
+                            round(g.host_s * 1e3, 6), "dp_host_factor": g.dp_host_factor, "runs": len(pool),
+                            "documents": docs}
     return out
 
 
@@ -312,7 +347,8 @@ def held_out_frame(runs, pts) -> pd.DataFrame:
                              "model_family": p.cls[2], "metric": metric, "measured": meas,
                              "predicted": pred[metric], "log_error": math.log(pred[metric] / meas),
                              "before": base[metric], "pool": key, "k_decode": terms.k_decode,
-                             "k_prefill": terms.k_prefill, "host_ms": terms.host_s * 1e3})
+                             "k_prefill": terms.k_prefill, "host_ms": terms.host_s * 1e3,
+                             "dp_host_factor": terms.dp_host_factor})
     return pd.DataFrame(rows)
 
 
@@ -471,7 +507,8 @@ def calibration_toml(cal: dict) -> str:
     lines = ["# The served model's corpus fit: written by tools/calibrate_corpus.py from served_design.csv",
              "# (every predictable run of served.toml simulated on its design); do not edit by hand.",
              "# [terms.\"POOL\"]: the terms fitted on a pool of runs (k_decode, k_prefill: kernel-time factors;",
-             "# host_ms: host milliseconds per scheduler step); [errors.\"CLASS\"]: 10th and 90th percentile of",
+             "# host_ms: host milliseconds per scheduler step; dp_host_factor: its factor where DP ranks step together);",
+             "# [errors.\"CLASS\"]: 10th and 90th percentile of",
              "# held-out log errors log(predicted / measured); [summary.\"GROUP\"]: held-out |error| (%) over",
              "# output tokens/s and TPOT, and the kernels alone (before_*)."]
     for table in ("terms", "errors", "summary"):
@@ -500,12 +537,14 @@ class OwnCalibration:
 
 
 def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label: str) -> OwnCalibration:
-    """Terms fitted on one run of ``spec`` that measured ``measured`` (metric -> value in SI units, of
+    """Terms fitted on one measured run of ``spec`` that measured ``measured`` (metric -> value in SI units, of
     :data:`METRICS`): the grid point of least weighted absolute log error, the distance from ``prior`` (the
-    corpus's terms) weighted by :data:`PRIOR_WEIGHT` breaking ties."""
+    corpus's terms) weighted by :data:`PRIOR_WEIGHT` breaking ties, refined on the simulation itself. The DP host
+    factor stays the corpus's: one run cannot tell it from the host time."""
     t = served_tables(spec)
+    f = prior.dp_host_factor if steps_together(spec) else 1.0
     rows = pd.DataFrame(simulate_design(t, label, homogeneous=spec_homogeneous(spec)))
-    s = surrogate(rows)
+    s = surrogate(rows, f)
     obj = sum(METRIC_WEIGHT[m] * np.abs(s[m] - math.log(v)) for m, v in measured.items())
     kd = np.repeat(np.asarray(KD_FIT), len(RP_FIT) * len(RH_FIT))
     rp = np.tile(np.repeat(np.asarray(RP_FIT), len(RH_FIT)), len(KD_FIT))
@@ -513,20 +552,26 @@ def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label
     p_rp, p_rh = prior.k_prefill / prior.k_decode, prior.host_s / prior.k_decode
     obj = obj + PRIOR_WEIGHT * (np.abs(np.log(kd / prior.k_decode)) + np.abs(np.log(rp / p_rp))
                                 + np.abs(np.log((rh + H0) / (p_rh + H0))))
-    g = fit_grid()[int(np.argmin(obj))]
+    i = int(np.argmin(obj))
+    g_kd, g_rp, g_rh = float(kd[i]), float(rp[i]), float(rh[i])
+
+    def terms_at(kd_, rp_, rh_, **kw) -> ServedTerms:
+        return ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_,
+                           dp_host_factor=prior.dp_host_factor, **kw)
 
     def loss(x) -> float:                       # x: log k_d, log k_p / k_d, log(h / k_d + H0)
         kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
-        got = dict(zip(METRICS, _report(t, ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_))))
+        got = dict(zip(METRICS, _report(t, terms_at(kd_, rp_, rh_))))
         return (sum(METRIC_WEIGHT[m] * abs(math.log(got[m] / v)) for m, v in measured.items())
                 + PRIOR_WEIGHT * (abs(x[0] - math.log(prior.k_decode)) + abs(x[1] - math.log(p_rp))
                                   + abs(x[2] - math.log(p_rh + H0))))
 
-    x = [math.log(g.k_decode), math.log(g.k_prefill / g.k_decode), math.log(g.host_s / g.k_decode + H0)]
+    x = [math.log(g_kd), math.log(g_rp), math.log(g_rh + H0)]
     x = _pattern_search(loss, x, step=0.16, last=0.01)
     kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
     terms = ServedTerms(k_decode=round_sig(kd_, DIGITS), k_prefill=round_sig(kd_ * rp_, DIGITS),
-                        host_s=round_sig(kd_ * rh_ * 1e3, DIGITS) / 1e3, label=f"calibrated on {label}")
+                        host_s=round_sig(kd_ * rh_ * 1e3, DIGITS) / 1e3, dp_host_factor=prior.dp_host_factor,
+                        label=f"calibrated on {label}")
     before = dict(zip(METRICS, _report(t, prior)))
     after = dict(zip(METRICS, _report(t, terms)))
     return OwnCalibration(terms=terms, prior=prior, measured=dict(measured), before=before, after=after)
@@ -571,10 +616,11 @@ def calibration_file(c: OwnCalibration, *, spec_path: str, result_path: str) -> 
 
     lines = ["# Served terms fitted on one measured run (pdcalc calibrate).", "[terms]",
              f"k_decode = {num(c.terms.k_decode)}", f"k_prefill = {num(c.terms.k_prefill)}",
-             f"host_ms = {num(c.terms.host_s * 1e3)}", "", "[run]",
-             f"id = {json_str(result_path)}", f"spec = {json_str(spec_path)}", "", "[prior]",
+             f"host_ms = {num(c.terms.host_s * 1e3)}", f"dp_host_factor = {num(c.terms.dp_host_factor)}", "",
+             "[run]", f"id = {json_str(result_path)}", f"spec = {json_str(spec_path)}", "", "[prior]",
              f"from = {json_str(c.prior.label)}", f"k_decode = {num(c.prior.k_decode)}",
-             f"k_prefill = {num(c.prior.k_prefill)}", f"host_ms = {num(c.prior.host_s * 1e3)}", ""]
+             f"k_prefill = {num(c.prior.k_prefill)}", f"host_ms = {num(c.prior.host_s * 1e3)}",
+             f"dp_host_factor = {num(c.prior.dp_host_factor)}", ""]
     for title, d in (("measured", c.measured), ("predicted_before", c.before), ("predicted_after", c.after)):
         lines.append(f"[{title}]")
         lines.extend(f"{k} = {num(v)}" for k, v in d.items() if k in c.measured)

@@ -73,8 +73,7 @@ class ServedPrediction:
                          + (self.tpot_ms.range_from if self.tpot_ms else "its class"),
                 "bound": {"output_tokens_per_s": self.bound_output_tokens_per_s, "tpot_ms": self.bound_tpot_ms,
                           "what": "the published kernel costs alone, no host time: the hardware's bound"},
-                "terms": {"k_decode": self.terms.k_decode, "k_prefill": self.terms.k_prefill,
-                          "host_ms": self.terms.host_s * 1e3, "from": self.terms.label},
+                "terms": self.terms.as_dict(),
                 "mtp_acceptance": self.acceptance, "cost_sources": list(self.cost_sources)}
 
 
@@ -100,6 +99,7 @@ def stored_terms(cls: tuple[str, str, str]) -> ServedTerms:
         if key in terms:
             t = terms[key]
             return ServedTerms(k_decode=t["k_decode"], k_prefill=t["k_prefill"], host_s=t["host_ms"] / 1e3,
+                               dp_host_factor=t["dp_host_factor"],
                                label=f"served corpus, pool {key} ({t['runs']} runs, {t['documents']} documents)")
     return ServedTerms()
 
@@ -133,9 +133,12 @@ def load_calibration(path) -> ServedTerms:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
             raise ConfigError(source, f"[terms] {key}", f"must be a number from {lo:g} to {hi:g}, got {v!r}")
         vals[key] = float(v)
+    f = t.get("dp_host_factor", 1.0)               # files written before the factor existed have none
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not (1.0 <= f <= 100.0):
+        raise ConfigError(source, "[terms] dp_host_factor", f"must be a number from 1 to 100, got {f!r}")
     run = data.get("run", {}).get("id", source) if isinstance(data.get("run"), dict) else source
     return ServedTerms(k_decode=vals["k_decode"], k_prefill=vals["k_prefill"], host_s=vals["host_ms"] / 1e3,
-                       label=f"calibrated on {run}")
+                       dp_host_factor=float(f), label=f"calibrated on {run}")
 
 
 def _sources(t: ServedTables) -> tuple[str, ...]:
