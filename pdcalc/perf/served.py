@@ -5,8 +5,9 @@ and what a served run pays beyond its kernels.
 A served step takes ``k`` times its published kernel time plus a fixed host time per scheduler step
 (:class:`ServedTerms`: scheduler, sampling, launch gaps; estimated from served benchmarks by
 :mod:`pdcalc.reality.calibration`); a role whose DP ranks step together pays ``f`` times that host time
-(:data:`DP_SYNC_SOURCES`: the ranks agree on every step's batch on the host). Per DP rank, with ``b`` sequences decoding, ``a`` tokens emitted per step
-(MTP: ``1 + sum_i acc^i``) and ``tau`` seconds of prefill per prompt token at the scheduler's token budget:
+(:data:`DP_SYNC_SOURCES`: the ranks agree on every step's batch on the host). Per DP rank, with ``b`` sequences
+decoding, ``a`` tokens emitted per step (MTP: ``1 + sum_i acc^i``) and ``tau`` seconds of prefill per prompt token
+at the scheduler's token budget:
 
 .. math::
 
@@ -69,13 +70,15 @@ BATCH_GRID = 40
 #: rank's batch on the host (a collective over the CPU process group), and a rank with nothing to run takes an
 #: idle step. How long this takes is published nowhere, so its factor is estimated with the other terms.
 DP_SYNC_SOURCES = (
-    "sgl-project/sglang, python/sglang/srt/managers/scheduler.py, prepare_mlp_sync_batch_raw (DP attention): "
-    "'torch.distributed.all_gather_into_tensor(global_info.flatten(), local_info, group=tp_cpu_group)' ... "
+    "sgl-project/sglang, python/sglang/srt/managers/scheduler.py, Scheduler.prepare_mlp_sync_batch_raw (DP "
+    "attention): 'torch.distributed.all_gather_into_tensor(global_info.flatten(), local_info, "
+    "group=tp_cpu_group)' ... "
     "'if local_batch is None and max(global_num_tokens) > 0: local_batch = get_idle_batch()'",
     "vllm-project/vllm, vllm/forward_context.py, DPMetadata.num_tokens_across_dp: "
     "'dist.all_reduce(num_tokens_tensor, group=get_dp_group().cpu_group)'",
-    "vllm-project/vllm-ascend, model_runner _get_forward_metadata_across_dp: 'dist.all_reduce(forward_metadata, "
-    "op=ReduceOp.MAX, group=get_dp_group().cpu_group)'",
+    "vllm-project/vllm-ascend, vllm_ascend/worker/model_runner_v1.py, "
+    "NPUModelRunner._get_forward_metadata_across_dp: 'dist.all_reduce(forward_metadata, op=ReduceOp.MAX, "
+    "group=get_dp_group().cpu_group)'",
 )
 
 
@@ -99,7 +102,9 @@ class ServedTerms:
     def host_text(self) -> str:
         """The host time in words: per step, and where DP ranks step together."""
         ms = f"{self.host_s * 1e3:.3g} ms per step"
-        return ms if self.dp_host_factor == 1.0 else f"{ms} (x {self.dp_host_factor:.3g} where DP ranks step together)"
+        if self.dp_host_factor == 1.0:
+            return ms
+        return f"{ms} (x {self.dp_host_factor:.3g} where DP ranks step together)"
 
     def host_for(self, dp: int) -> float:
         """Host seconds per step of a role with ``dp`` DP ranks (stepping together when more than one)."""

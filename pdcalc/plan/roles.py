@@ -145,12 +145,12 @@ class Timed:
 
 def timed_step(setup: Setup, *, tp: int, dp: int, ep: int | None, context, concurrency, phase: str,
                chunk_tokens: int | None = None):
-    """One step of ``setup``'s model on a TP x DP (x EP) layout under the plan's cost model
-    (:attr:`Setup.costs`): ``served`` (the default), the published kernel costs times the served terms' factor
-    of the phase plus their host time per scheduler step (a prompt's chunks of ``chunk_tokens`` each pay it;
-    ``None``: the engines' default token budget; ``dp_host_factor`` times it where ``dp`` ranks step together), a
-    decode step divided by the tokens a sequence advances with MTP; ``published`` or ``roofline`` as :func:`pdcalc.perf.step.step` computes them (the roofline: the
-    hardware's bound)."""
+    """One step of ``setup``'s model on a TP x DP (x EP) layout under the plan's cost model (:attr:`Setup.costs`):
+    ``served`` (the default), the published kernel costs times the served terms' factor of the phase plus their
+    host time per scheduler step (a prompt's chunks of ``chunk_tokens`` each pay it; ``None``: the engines'
+    default token budget; ``dp_host_factor`` times it where ``dp`` ranks step together), a decode step divided by
+    the tokens a sequence advances with MTP; ``published`` or ``roofline`` as :func:`pdcalc.perf.step.step`
+    computes them (the roofline: the hardware's bound)."""
     kw = {**_kv_step_kwargs(setup), **setup.step_kwargs}
     kw.pop("costs", None)
     common = dict(tp=tp, dp=dp, ep=ep, context=context, concurrency=concurrency, phase=phase, quant=setup.quant,

@@ -3,10 +3,9 @@ every error this module reports is out of sample, the run's whole source documen
 
 The terms (:class:`pdcalc.perf.served.ServedTerms`: kernel-time factors ``k_d`` for decode and ``k_p`` for
 prefill, a host time ``h`` per scheduler step, and the factor ``f`` on it where a role's DP ranks step together)
-belong to a *class* of runs: the card's vendor, the serving
-engine and the model family (:func:`term_class`). A class is fitted on its own runs where the training set holds
-at least :data:`MIN_SOURCES` documents of it, else on the first pool of :data:`POOLS` that does: pooled where
-data are thin.
+belong to a *class* of runs: the card's vendor, the serving engine and the model family (:func:`term_class`). A
+class is fitted on its own runs where the training set holds at least :data:`MIN_SOURCES` documents of it, else on
+the first pool of :data:`POOLS` that does: pooled where data are thin.
 
 The fit compares what the client simulation (:func:`pdcalc.perf.scheduler.simulate`) reports with what each run
 measured: output tokens/s, mean TPOT and mean TTFT where printed. It minimises the absolute log error, each run
@@ -14,16 +13,16 @@ weighted by one over its document's run count so that no document outweighs anot
 queue of a saturated closed loop) a quarter:
 
 .. math:: \\min_{k_d, k_p, h, f} \\sum_{r} \\frac{1}{n_{s(r)}} \\sum_{m} w_m \\Bigl|\\log \\frac{\\hat y_m(r; k_d, k_p,
-   h)}{y_m(r)}\\Bigr|
+   h, f)}{y_m(r)}\\Bigr|
 
 Simulating every run at every candidate is too slow, so each run is simulated once on a design
 (:func:`design_points`) and the fit reads an interpolation of it. A closed loop without a KV transfer scales
 exactly with the kernel factor (every time in the run is ``k_d`` times longer when ``k_d``, ``k_p`` and ``h`` are),
 so its design spans ``k_p / k_d`` and ``h / k_d`` only; other runs span ``k_d`` as well. A run whose DP ranks
-step together reads its design at ``f h``, which the host axis spans for every ``f`` of the fit. The design is computed by
-``tools/calibrate_corpus.py`` and stored (``pdcalc/data/served_design.csv``), with the fit and the held-out table
-(``served_calibration.toml``, ``served_held_out.csv``); the test suite re-simulates a sample of it and refits
-from it.
+step together reads its design at ``f h``, which the host axis spans for every ``f`` of the fit. The design is
+computed by ``tools/calibrate_corpus.py`` and stored (``pdcalc/data/served_design.csv``), with the fit and the
+held-out table (``served_calibration.toml``, ``served_held_out.csv``); the test suite re-simulates a sample of
+it and refits from it.
 
 Leave one source out (:func:`held_out_frame`): for each document, the terms are fitted on every other document
 and its runs simulated at those terms. The held-out log errors, grouped by vendor x metric x model family and
@@ -206,7 +205,7 @@ def fit_grid() -> tuple[ServedTerms, ...]:
     """The candidates the fit searches: the kernel factors and host time (in the order of :func:`surrogate`'s
     flattened arrays), each at every ``f`` of :data:`F_FIT` (the fastest-varying)."""
     return tuple(ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, dp_host_factor=f, label="grid")
-            for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT for f in F_FIT)
+                 for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT for f in F_FIT)
 
 
 def steps_together(spec) -> bool:
