@@ -334,6 +334,17 @@ def test_a_bad_calibration_file_is_one_line(tmp_path, body, field):
     assert out.code == 2 and field in out.err and len(out.err.strip().splitlines()) == 1
 
 
+def test_a_calibration_file_without_the_dp_host_factor_reads_as_one(tmp_path):
+    """A file written before the factor existed: its host time is every role's, DP ranks or not."""
+    f = tmp_path / "c.toml"
+    f.write_text("[terms]\nk_decode = 1.5\nk_prefill = 2\nhost_ms = 4\n")
+    t = load_calibration(f)
+    assert (t.k_decode, t.k_prefill, t.host_s, t.dp_host_factor) == (1.5, 2.0, 0.004, 1.0)
+    assert t.host_for(8) == t.host_s
+    f.write_text("[terms]\nk_decode = 1.5\nk_prefill = 2\nhost_ms = 4\ndp_host_factor = 2.5\n")
+    assert load_calibration(f).host_for(8) == pytest.approx(0.01)
+
+
 def test_validate_lists_every_held_out_prediction():
     out = run_cli("validate", "--json")
     assert out.code == 0, out.err
