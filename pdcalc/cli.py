@@ -338,6 +338,13 @@ def cmd_plan(args) -> int:
                     concurrency=args.concurrency, ttft_s=args.ttft_ms and args.ttft_ms / 1e3,
                     tpot_s=args.tpot_ms and args.tpot_ms / 1e3)
     p = plan(setup, work)
+    moves = None
+    if own is not None:                       # the same plan at the corpus's terms, to show what yours change
+        from dataclasses import replace
+
+        from pdcalc.plan.search import calibration_moves
+
+        moves = calibration_moves(p, plan(replace(setup, served_terms=None, frontier_points=0), work))
     keys = ["p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp", "cards", "concurrency",
             "kv_capacity_seqs", "prefill_load", "ttft_s", "tpot_s", "output_tokens_per_s", "tokens_per_s_per_card",
             "binding"]
@@ -363,6 +370,8 @@ def cmd_plan(args) -> int:
            "aggregated_evaluated": p.aggregated_evaluated,
            "aggregated_feasible": 0 if p.aggregated_ranked is None else len(p.aggregated_ranked),
            **p.answer()}
+    if moves is not None:
+        out["calibration_moves"] = moves
     if args.json:
         return _print_json(out, indent=2)
     t = p.targets
@@ -400,7 +409,28 @@ def cmd_plan(args) -> int:
               f"{a['chunk_tokens']:,.0f} tokens, prompts {a['prefill_share']:.0%} of each step, binds {a['binding']}")
     else:
         print(f"  co-located: {a['result']}")
+    if moves is not None:
+        for line in _moves_lines(moves):
+            print(f"  {line}")
     return 0
+
+
+def _moves_lines(moves: dict) -> list[str]:
+    """What a calibration changes in a plan, in words (``pdcalc plan --calibration``)."""
+    lines = []
+    for mode, name in (("disaggregated", "P/D answer"), ("aggregated", "co-located answer")):
+        m = moves[mode]
+        if not m["option"]:
+            continue
+        same = "the same" if m["option"] == m["corpus_option"] else m["corpus_option"] or "none"
+        moved = [f"{k} {m[key]:+.0f} %" for k, key in (("TTFT", "ttft_moves_pct"), ("TPOT", "tpot_moves_pct"),
+                                                       ("output", "output_moves_pct")) if m[key] is not None]
+        figs = (f"; on that layout your calibration moves {', '.join(moved)}" if moved
+                else "; the corpus's plan takes that split with another number of P instances")
+        lines.append(f"{name} with your calibration: {m['option']} (with the corpus's terms: {same}){figs}")
+    w = moves["winner"]
+    lines.append(f"winner with your calibration: {w['calibrated']} (with the corpus's terms: {w['corpus']})")
+    return lines
 
 
 def cmd_list(args) -> int:

@@ -317,6 +317,39 @@ def test_calibrate_on_a_real_result_and_predict_with_it(tmp_path):
     assert "calibration_moves_pct" in pd_
 
 
+def test_plan_with_a_calibration_shows_what_it_moves(tmp_path):
+    """`plan --calibration`: each answer under your terms and the corpus's, and the calibrated answer's figures
+    against the same layout planned at the corpus's terms."""
+    from dataclasses import replace as dc_replace
+
+    from pdcalc.plan.search import plan
+    from pdcalc.plan.workload import Setup, Workload
+
+    f = tmp_path / "c.toml"
+    f.write_text("[terms]\nk_decode = 1.2\nk_prefill = 3\nhost_ms = 10\ndp_host_factor = 2\n")
+    args = ("--card", "ascend-910b2", "--cards", "64", "--prompt", "3500", "--output", "1500", "--concurrency", "256",
+            "--ttft-ms", "30000")
+    out = run_cli("plan", *args, "--calibration", f, "--json")
+    assert out.code == 0, out.err
+    d = json.loads(out.out)
+    m = d["calibration_moves"]
+    assert m["corpus_terms"]["from"].startswith("served corpus")
+    corpus = plan(dc_replace(Setup(model="deepseek-v4-flash", card="ascend-910b2", cards=64), frontier_points=0),
+                  Workload(prompt_tokens=3500, output_tokens=1500, concurrency=256, ttft_s=30.0))
+    ref = corpus.answer()
+    for mode in ("disaggregated", "aggregated"):
+        assert m[mode]["option"] == d[mode]["option"] and m[mode]["corpus_option"] == ref[mode]["option"]
+    agg = corpus.aggregated
+    same = agg[(agg["instances"] == d["aggregated"]["instances"]) & (agg["size"] == d["aggregated"]["size"])
+               & (agg["tp"] == d["aggregated"]["tp"])].iloc[0]
+    assert m["aggregated"]["tpot_moves_pct"] == pytest.approx(100 * (d["aggregated"]["tpot_s"] / same["tpot_s"] - 1))
+    assert m["aggregated"]["tpot_moves_pct"] != 0
+    assert m["winner"] == {"calibrated": d["winner"], "corpus": ref["winner"]}
+    text = run_cli("plan", *args, "--calibration", f)
+    assert "with the corpus's terms" in text.out
+    assert "calibration_moves" not in json.loads(run_cli("plan", *args, "--json").out)
+
+
 def test_calibrate_refuses_a_result_of_another_workload(tmp_path):
     out = run_cli("calibrate", RESULTS / "sglang" / "TonyLi15_agg_n100_in512_out128_c32.jsonl", "--spec",
                   DEEPSEEK_SPEC, "-o", tmp_path / "x.toml")

@@ -322,6 +322,38 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
     return replace(result, winner=winner, why=why, frontier=front, seconds=time.perf_counter() - t0)
 
 
+#: The columns that name a disaggregated split and a co-located option (one layout in both plans).
+SPLIT_KEYS = ("p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp")
+AGG_KEYS = ("instances", "size", "tp")
+
+
+def calibration_moves(own: Plan, corpus: Plan) -> dict:
+    """How far a user's calibration moves a plan from the one the corpus's terms give: per mode, the answer under
+    each, and the calibrated answer's TTFT, TPOT and output tokens/s against the same layout under the corpus's
+    terms (``None`` where that plan did not evaluate the layout: a split it takes with another number of P
+    instances); and the winner under each. Percentages are ``100 (calibrated / corpus - 1)``."""
+    a, b = own.answer(), corpus.answer()
+    out = {"corpus_terms": corpus.setup.terms.as_dict()}
+    for mode, table, keys in (("disaggregated", corpus.candidates, SPLIT_KEYS),
+                              ("aggregated", corpus.aggregated, AGG_KEYS)):
+        x, y = a.get(mode, {}), b.get(mode, {})
+        row = {"option": x.get("option"), "corpus_option": y.get("option"),
+               "ttft_moves_pct": None, "tpot_moves_pct": None, "output_moves_pct": None}
+        if x.get("option") and table is not None and not table.empty:
+            same = table
+            for k in keys:
+                same = same[same[k] == x[k]]
+            if len(same):
+                r = same.iloc[0]
+                for name, col in (("ttft_moves_pct", "ttft_s"), ("tpot_moves_pct", "tpot_s"),
+                                  ("output_moves_pct", "output_tokens_per_s")):
+                    ref = float(r[col])
+                    row[name] = 100 * (x[col] / ref - 1) if ref > 0 and math.isfinite(ref) else None
+        out[mode] = row
+    out["winner"] = {"calibrated": a.get("winner"), "corpus": b.get("winner")}
+    return out
+
+
 #: Most candidates :func:`plan` evaluates (the disaggregated splits plus the co-located ``(layout, n)``), and
 #: most frontier entries (levels x the D and co-located ``(layout, n)`` each level steps through). Every row
 #: costs memory and time in the plan's tables, so together these keep any accepted plan to seconds and well
