@@ -554,9 +554,8 @@ def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label
     i = int(np.argmin(obj))
     g_kd, g_rp, g_rh = float(kd[i]), float(rp[i]), float(rh[i])
 
-    def terms_at(kd_, rp_, rh_, **kw) -> ServedTerms:
-        return ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_,
-                           dp_host_factor=prior.dp_host_factor, **kw)
+    def terms_at(kd_, rp_, rh_) -> ServedTerms:
+        return ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_, dp_host_factor=prior.dp_host_factor)
 
     def loss(x) -> float:                       # x: log k_d, log k_p / k_d, log(h / k_d + H0)
         kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)

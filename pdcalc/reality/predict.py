@@ -22,8 +22,11 @@ from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTables, ServedTerms, served_tables, steady_state
 from pdcalc.reality.calibration import POOLS, error_class_keys, pool_key, stored
 
-#: What a calibration file holds (``pdcalc calibrate -o FILE``).
-CALIBRATION_KEYS = ("k_decode", "k_prefill", "host_ms")
+#: What a calibration file holds (``pdcalc calibrate -o FILE``): each field's allowed range and its default
+#: (``None``: required; files written before the DP host factor existed have none, which reads as 1).
+CALIBRATION_FIELDS = {"k_decode": (0.01, 100.0, None), "k_prefill": (0.01, 100.0, None),
+                      "host_ms": (0.0, 10_000.0, None), "dp_host_factor": (1.0, 100.0, 1.0)}
+CALIBRATION_KEYS = tuple(k for k, (_, _, default) in CALIBRATION_FIELDS.items() if default is None)
 
 
 @dataclass(frozen=True)
@@ -128,17 +131,14 @@ def load_calibration(path) -> ServedTerms:
         raise ConfigError(source, "[terms]", "missing: a calibration file has [terms] with "
                           + ", ".join(CALIBRATION_KEYS))
     vals = {}
-    for key, (lo, hi) in zip(CALIBRATION_KEYS, ((0.01, 100.0), (0.01, 100.0), (0.0, 10_000.0))):
-        v = t.get(key)
+    for key, (lo, hi, default) in CALIBRATION_FIELDS.items():
+        v = t.get(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
             raise ConfigError(source, f"[terms] {key}", f"must be a number from {lo:g} to {hi:g}, got {v!r}")
         vals[key] = float(v)
-    f = t.get("dp_host_factor", 1.0)               # files written before the factor existed have none
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not (1.0 <= f <= 100.0):
-        raise ConfigError(source, "[terms] dp_host_factor", f"must be a number from 1 to 100, got {f!r}")
     run = data.get("run", {}).get("id", source) if isinstance(data.get("run"), dict) else source
     return ServedTerms(k_decode=vals["k_decode"], k_prefill=vals["k_prefill"], host_s=vals["host_ms"] / 1e3,
-                       dp_host_factor=float(f), label=f"calibrated on {run}")
+                       dp_host_factor=vals["dp_host_factor"], label=f"calibrated on {run}")
 
 
 def _sources(t: ServedTables) -> tuple[str, ...]:
