@@ -6,8 +6,3 @@ from pdcalc.legacy import forward as _forward
 
 #: pdcalc 0.1's ``pdcalc.hardware`` module names, kept for one release (:mod:`pdcalc.legacy`).
 __getattr__ = _forward(__name__)
-
-from pdcalc.legacy import forward as _forward
-
-#: pdcalc 0.1's ``pdcalc.hardware`` module names, kept for one release (:mod:`pdcalc.legacy`).
-__getattr__ = _forward(__name__)

@@ -25,6 +25,7 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     ep = 16
     max_num_seqs = 60               # optional, per DP rank
     memory_utilization = 0.9        # optional: --gpu-memory-utilization (vLLM) / --mem-fraction-static (SGLang)
+    swa_full_tokens_ratio = 0.1     # optional: SGLang's --swa-full-tokens-ratio (DeepSeek-V4's pool)
 
     [mtp]                           # optional
     draft_tokens = 3
@@ -39,6 +40,8 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     min_length_ratio = 1.0          # optional: lengths drawn from [ratio x length, length] per request
     temperature = 0.0               # optional: the client's sampling temperature (its default: 0, greedy)
 
+An SGLang role serving DeepSeek-V4 may give ``swa_full_tokens_ratio``: its launch's ``--swa-full-tokens-ratio``,
+which sizes the pool's sliding-window ring per token (:mod:`pdcalc.model.kv_sglang`).
 A co-located SGLang role with DP attention may give ``prefill_delay_passes``: its launch's
 ``--enable-prefill-delayer`` and ``--prefill-delayer-max-delay-passes`` (:data:`SGLANG_PREFILL_DELAY_PASSES` where
 it gives none).
@@ -86,7 +89,7 @@ ROLES = ("serve", "prefill", "decode")
 
 _TOP = ("model", "card", "quant", "engine", "kv_dtype", "graph", *ROLES, "mtp", "workload")
 _ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "memory_utilization",
-         "prefill_delay_passes")
+         "swa_full_tokens_ratio", "prefill_delay_passes")
 #: SGLang's ``--prefill-delayer-max-delay-passes`` where a launch with ``--enable-prefill-delayer`` gives none
 #: (sgl-project/sglang python/sglang/srt/server_args.py: ``prefill_delayer_max_delay_passes: int = 30``).
 SGLANG_PREFILL_DELAY_PASSES = 30
@@ -108,6 +111,7 @@ class Role:
     max_num_seqs: int | None = None            # sequences per DP rank (the engine's default where None)
     max_num_batched_tokens: int | None = None  # tokens per scheduler step per DP rank
     memory_utilization: float | None = None    # share of the card the engine takes (None: pdcalc's default)
+    swa_full_tokens_ratio: float | None = None  # SGLang's window pool per full token (None: the engine's default)
     prefill_delay_passes: int | None = None    # SGLang's prefill delayer: passes a rank's prompts wait at most
 
     @property
@@ -241,6 +245,9 @@ def _role(source: str, name: str, table) -> Role:
     if "memory_utilization" in table:
         kw["memory_utilization"] = check(checks.number, "memory_utilization", table["memory_utilization"],
                                          low=0.0, low_open=True, high=1.0)
+    if "swa_full_tokens_ratio" in table:
+        kw["swa_full_tokens_ratio"] = check(checks.number, "swa_full_tokens_ratio", table["swa_full_tokens_ratio"],
+                                            low=0.0, low_open=True, high=1.0)
     if "prefill_delay_passes" in table:
         kw["prefill_delay_passes"] = check(checks.integer, "prefill_delay_passes", table["prefill_delay_passes"],
                                            low=1, high=MAX_PREFILL_DELAY_PASSES)
@@ -372,6 +379,9 @@ def _check_layout(source: str, spec: ServedSpec) -> None:
                              index_heads=cfg.index_n_heads if v4 else None)
         if problem:
             raise ConfigError(source, f"[{name}] tp", f"TP degree {problem}")
+        if role.swa_full_tokens_ratio is not None and (spec.engine != "sglang" or not v4):
+            raise ConfigError(source, f"[{name}] swa_full_tokens_ratio", "SGLang's --swa-full-tokens-ratio sizes "
+                              f"its DeepSeek-V4 pool; this spec runs {spec.model} on {spec.engine!r}")
         if role.ep is not None and role.ep > cfg.n_routed_experts:
             raise ConfigError(source, f"[{name}] ep", f"{role.ep} exceeds the model's {cfg.n_routed_experts} routed "
                               f"experts: {role.ep - cfg.n_routed_experts} cards would hold no expert")

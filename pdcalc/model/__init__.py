@@ -7,8 +7,3 @@ from pdcalc.legacy import forward as _forward
 
 #: pdcalc 0.1's ``pdcalc.model`` module names, kept for one release (:mod:`pdcalc.legacy`).
 __getattr__ = _forward(__name__)
-
-from pdcalc.legacy import forward as _forward
-
-#: pdcalc 0.1's ``pdcalc.model`` module names, kept for one release (:mod:`pdcalc.legacy`).
-__getattr__ = _forward(__name__)

@@ -40,6 +40,7 @@ from pdcalc.layout.served import SERVING_ENGINES, Role, ServedSpec
 from pdcalc.model.config import load_config
 from pdcalc.model.kv_cache import kv_bytes
 from pdcalc.model.kv_layout import default_engine
+from pdcalc.model.kv_sglang import SGLANG_SWA_RATIO, SglangV4Pool, sglang_v4_pool
 from pdcalc.model.quant import default_scheme_on
 from pdcalc.perf.engine_limits import engine_limits
 from pdcalc.perf.speculative import accepted_tokens, dataset_acceptance
@@ -195,9 +196,24 @@ def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[floa
         w = cw.total_bytes
     room = budget(spec.card, w, **memory_share(spec.engine, role)).kv_bytes
     ctx = spec.workload.mean_prompt + spec.workload.mean_output
+    pool = sglang_pool(spec, role)
+    if pool is not None:
+        return w, pool.tokens(room) / ctx, room > 0, max(0.0, -room)
     kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto") else None
     seq = kv_bytes(spec.model, round(ctx), engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
     return w, max(room, 0.0) / seq, room > 0, max(0.0, -room)
+
+
+def sglang_pool(spec: ServedSpec, role: Role) -> SglangV4Pool | None:
+    """SGLang's DeepSeek-V4 pool for a role (None for any other engine or model): SGLang charges every token
+    of it for the window ring and compressor states (:mod:`pdcalc.model.kv_sglang`), so a card holds fewer
+    tokens than the sequences' own cache would take."""
+    if spec.engine != "sglang" or load_config(spec.model).model_type != "deepseek_v4":
+        return None
+    ratio = role.swa_full_tokens_ratio if role.swa_full_tokens_ratio is not None else SGLANG_SWA_RATIO
+    lim = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET)
+    return sglang_v4_pool(spec.model, swa_ratio=ratio, speculative=spec.mtp is not None,
+                          max_running_requests=lim.max_seqs)
 
 
 def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine: str, mtp_steps: int,

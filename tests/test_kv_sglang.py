@@ -1,0 +1,104 @@
+"""SGLang's DeepSeek-V4 pool against SGLang's own boot logs, and the served model's use of it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pdcalc.core.errors import ConfigError
+from pdcalc.core.units import GiB
+from pdcalc.layout.memory import budget
+from pdcalc.layout.served import spec_from_dict
+from pdcalc.model.kv_sglang import SGLANG_SWA_RATIO, sglang_v4_pool
+from pdcalc.perf.served import memory_share, served_tables
+
+#: SGLang's log prints GiB to two decimals ("available_bytes=118.93 GB"): half a unit either way.
+PRINTED_GIB = 0.005
+
+#: Published SGLang boot logs, each with its launch and what its "DSV4 memory calculation" line prints:
+#: (model, swa ratio, speculative, requests per scheduler, page, bytes per full token, available GiB,
+#: c128_state_fixed GiB, full_token).
+LOGS = {
+    # A DeepSeek-V4-Pro study on 8 x MI355X with SGLang 0.5.15.post1 (2026-07-24): TP8, DP attention 8,
+    # --swa-full-tokens-ratio 0.15, no speculative decoding, --max-running-requests 512 (64 per DP rank),
+    # page 256; "DSV4 memory calculation: bytes_per_full_token=13735.04, available_bytes=118.93 GB,
+    # c128_state_fixed=1.01 GB, full_token=9217792", and at the other --mem-fraction-static values of its sweep.
+    "v4-pro mi355x 0.80": ("deepseek-v4-pro", 0.15, False, 64, 256, 13735.04, 91.24, 1.01, 7053056),
+    "v4-pro mi355x 0.85": ("deepseek-v4-pro", 0.15, False, 64, 256, 13735.04, 105.08, 1.01, 8135424),
+    "v4-pro mi355x 0.88": ("deepseek-v4-pro", 0.15, False, 64, 256, 13735.04, 113.39, 1.01, 8784896),
+    "v4-pro mi355x 0.90": ("deepseek-v4-pro", 0.15, False, 64, 256, 13735.04, 118.93, 1.01, 9217792),
+    "v4-pro mi355x 0.92": ("deepseek-v4-pro", 0.15, False, 64, 256, 13735.04, 124.47, 1.01, 9650944),
+    # DeepSeek-V4-Flash serve logs on Ascend NPUs (2026-08-10): TP4, --max-running-requests 4, no speculative
+    # decoding, page 128, "Setting swa_full_tokens_ratio to 0.1"; "DSV4 memory calculation:
+    # bytes_per_full_token=7705.45, available_bytes=1.57 GB, c128_state_fixed=0.07 GB, full_token=209280".
+    "v4-flash npu": ("deepseek-v4-flash", 0.1, False, 4, 128, 7705.45, 1.57, 0.07, 209280),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOGS))
+def test_the_pool_is_what_sglang_logs(name):
+    model, ratio, spec, requests, page, per_token, avail, fixed, full = LOGS[name]
+    pool = sglang_v4_pool(model, swa_ratio=ratio, speculative=spec, max_running_requests=requests)
+    assert round(pool.bytes_per_token, 2) == per_token
+    assert round(pool.fixed_bytes / GiB, 2) == fixed
+    # the printed room is rounded: the logged count lies between the page-rounded counts at its two ends
+    low = pool.tokens((avail - PRINTED_GIB) * GiB) // page * page
+    high = pool.tokens((avail + PRINTED_GIB) * GiB) // page * page
+    assert low <= full <= high
+    assert high - low <= 2 * PRINTED_GIB * GiB / per_token + page
+
+
+def test_speculative_decoding_charges_a_draft_layer_and_longer_rings():
+    plain = sglang_v4_pool("deepseek-v4-flash", swa_ratio=0.1, speculative=False, max_running_requests=256)
+    spec = sglang_v4_pool("deepseek-v4-flash", swa_ratio=0.1, speculative=True, max_running_requests=256)
+    L = plain.layers
+    parts = dict(plain.parts, c4_state=2 * plain.parts["c4_state"], indexer_state=2 * plain.parts["indexer_state"])
+    assert spec.bytes_per_token == pytest.approx(sum(parts.values()) * (L + 1) / L, rel=1e-12)
+    assert spec.fixed_bytes > 1.9 * plain.fixed_bytes        # the 128:1 ring doubles (128 -> 256 per slot)
+
+
+def test_the_window_pool_is_charged_per_token():
+    a = sglang_v4_pool("deepseek-v4-pro", swa_ratio=0.1, speculative=False, max_running_requests=256)
+    b = sglang_v4_pool("deepseek-v4-pro", swa_ratio=0.2, speculative=False, max_running_requests=256)
+    ratio_part = a.parts["swa"] + a.parts["c4_state"] + a.parts["indexer_state"]
+    assert b.bytes_per_token - a.bytes_per_token == pytest.approx(ratio_part, rel=1e-12)
+    assert a.fixed_bytes == b.fixed_bytes
+
+
+def test_other_models_and_ratios_are_refused():
+    with pytest.raises(ConfigError, match="model_type"):
+        sglang_v4_pool("deepseek-v3", swa_ratio=0.1, speculative=False, max_running_requests=1)
+    with pytest.raises(ConfigError, match="swa_full_tokens_ratio"):
+        sglang_v4_pool("deepseek-v4-flash", swa_ratio=0.0, speculative=False, max_running_requests=1)
+
+
+def _v4_spec(serve, engine="sglang", mtp=None):
+    d = {"model": "deepseek-v4-pro", "card": "h200", "engine": engine, "serve": serve,
+         "workload": {"prompt": 8192, "output": 1024, "concurrency": 256, "num_prompts": 512}}
+    if mtp:
+        d["mtp"] = {"draft_tokens": mtp}
+    return spec_from_dict(d, "test")
+
+
+def test_served_sglang_v4_sequences_come_from_the_pool():
+    s = _v4_spec({"tp": 8, "memory_utilization": 0.88, "swa_full_tokens_ratio": 0.2}, mtp=1)
+    role = s.roles()["serve"]
+    t = served_tables(s).decode
+    room = budget(s.card, t.weights_bytes, **memory_share(s.engine, role)).kv_bytes
+    pool = sglang_v4_pool(s.model, swa_ratio=0.2, speculative=True, max_running_requests=256)
+    ctx = s.workload.mean_prompt + s.workload.mean_output
+    assert t.kv_seqs == pytest.approx(pool.tokens(room) / ctx, rel=1e-12)
+    # without the flag, SGLang's DeepSeek-V4 default; the same layout on vLLM keeps vLLM's own layout
+    d = served_tables(_v4_spec({"tp": 8, "memory_utilization": 0.88}, mtp=1)).decode
+    assert d.kv_seqs == pytest.approx(sglang_v4_pool(s.model, swa_ratio=SGLANG_SWA_RATIO, speculative=True,
+                                                     max_running_requests=256).tokens(room) / ctx, rel=1e-12)
+    v = served_tables(_v4_spec({"tp": 8, "memory_utilization": 0.88}, engine="vllm", mtp=1)).decode
+    assert not math.isclose(v.kv_seqs, d.kv_seqs, rel_tol=0.01)
+
+
+def test_swa_ratio_is_sglangs_and_v4s_only():
+    with pytest.raises(ConfigError, match=r"\[serve\] swa_full_tokens_ratio"):
+        _v4_spec({"tp": 8, "swa_full_tokens_ratio": 0.1}, engine="vllm")
+    with pytest.raises(ConfigError, match=r"\[serve\] swa_full_tokens_ratio"):
+        _v4_spec({"tp": 8, "swa_full_tokens_ratio": 1.5})
