@@ -242,25 +242,39 @@ def test_missing_peak_names_the_dtype_and_can_be_overridden():
 
 
 def test_fp4_experts_run_weight_only_on_a_card_without_fp4_tensor_cores():
-    """fp8-fp4 on Hopper: the FP4 routed experts are multiplied at the BF16 peak (Marlin, weight-only), the other
-    layers at FP8 as before; on Blackwell, whose tensor cores take FP4, and with an explicit compute dtype, the
-    experts run at the scheme's FP8."""
+    """fp8-fp4 on Hopper: the FP4 routed experts are multiplied at the BF16 peak (Marlin, weight-only), at the
+    ceilings of the published weight-only 4-bit GEMMs; the other layers at FP8 as before; on Blackwell, whose tensor
+    cores take FP4, and with an explicit compute dtype, the experts run at the scheme's FP8 (DeepGEMM's ceilings)."""
     from pdcalc.perf.inputs import WEIGHT_ONLY_FP4_DTYPE, weight_only_fp4
+    from pdcalc.perf.kernels import gemm_ceilings, weight_only_ceiling
 
     assert weight_only_fp4("fp8-fp4", "h200") and weight_only_fp4("fp8-fp4", "h100")
     assert not weight_only_fp4("fp8-fp4", "b200") and not weight_only_fp4("fp8", "h200")
-    kw = dict(tp=4, dp=1, ep=None, context=8192, concurrency=1, phase="prefill", quant="fp8-fp4", costs="published")
-    hopper = th.step("deepseek-v4-flash", "h200", **kw).breakdown
-    fp8 = th.step("deepseek-v4-flash", "h200", compute_dtype="fp8", **kw).breakdown
+    wo = weight_only_ceiling()
+    # published weight-only 4-bit GEMMs fall short of DeepGEMM's FP8 ones on both ceilings
+    for op in ("grouped_contiguous", "grouped_masked"):
+        for g in gemm_ceilings(op):
+            assert wo.compute_share < g.compute_share and wo.memory_share < g.memory_share
     peaks = get_card("h200").flops_per_s
-    ratio = float(hopper["routed experts"] / fp8["routed experts"])
-    assert 1.0 < ratio <= peaks["fp8"] / peaks[WEIGHT_ONLY_FP4_DTYPE] * (1 + 1e-12)
-    for part in ("attention GEMMs", "attention core", "dense FFN and shared experts", "TP all-reduce"):
-        assert float(hopper[part]) == float(fp8[part]), part
-    blackwell = th.step("deepseek-v4-flash", "b200", **kw).breakdown
-    assert blackwell == th.step("deepseek-v4-flash", "b200", compute_dtype="fp8", **kw).breakdown
-    sources = {c.component: c.applied_to for c in th.step("deepseek-v4-flash", "h200", **kw).cost_sources}
-    assert sources["GEMM (routed experts)"] == f"h200 {WEIGHT_ONLY_FP4_DTYPE}"
+    for phase, op, ceiling, scale in (("prefill", "grouped_contiguous", "compute_share",
+                                       peaks["fp8"] / peaks[WEIGHT_ONLY_FP4_DTYPE]),
+                                      ("decode", "grouped_masked", "memory_share", 1.0)):
+        kw = dict(tp=4, dp=1, ep=None, context=8192, concurrency=1, phase=phase, quant="fp8-fp4", costs="published")
+        hopper = th.step("deepseek-v4-flash", "h200", **kw).breakdown
+        fp8 = th.step("deepseek-v4-flash", "h200", compute_dtype="fp8", **kw).breakdown
+        # compute-bound prefill: the FP8 peak over the BF16 peak, times the two kernels' compute shares;
+        # memory-bound decode: the same FP4 weight bytes at the two kernels' memory shares
+        shares = [getattr(g, ceiling) / getattr(wo, ceiling) for g in gemm_ceilings(op)]
+        ratio = float(hopper["routed experts"] / fp8["routed experts"])
+        assert scale * min(shares) * 0.98 <= ratio <= scale * max(shares) * 1.02, phase
+        for part in ("attention GEMMs", "attention core", "dense FFN and shared experts", "TP all-reduce"):
+            assert float(hopper[part]) == float(fp8[part]), part
+        blackwell = th.step("deepseek-v4-flash", "b200", **kw).breakdown
+        assert blackwell == th.step("deepseek-v4-flash", "b200", compute_dtype="fp8", **kw).breakdown
+    kw = dict(tp=4, dp=1, ep=None, context=8192, concurrency=1, phase="prefill", quant="fp8-fp4", costs="published")
+    sources = {c.component: c for c in th.step("deepseek-v4-flash", "h200", **kw).cost_sources}
+    assert sources["GEMM (routed experts)"].applied_to == f"h200 {WEIGHT_ONLY_FP4_DTYPE}"
+    assert sources["GEMM (routed experts)"].tables == wo.tables
 
 
 def test_model_without_a_config_is_refused():

@@ -94,7 +94,7 @@ class _ComputePoint(CostPoint):
 class GemmPoint(_ComputePoint):
     """A GEMM: ``m x k`` by ``k x n`` (grouped: ``groups`` of ``m_per_group`` rows each)."""
 
-    operation: str = "unspecified"   # dense, grouped_contiguous, grouped_masked, unspecified
+    operation: str = "unspecified"   # dense, grouped_contiguous, grouped_masked, weight_only_4bit, unspecified
     m: int | None = None
     n: int | None = None
     k: int | None = None

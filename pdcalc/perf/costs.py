@@ -110,7 +110,7 @@ _NUMERIC: dict[str, frozenset] = {
 #: Qualifier keys each kind may carry, with their allowed values (None: any non-empty text).
 _CHOICES: dict[str, dict[str, frozenset | None]] = {
     "gemm": {"dtype": None, "operation": frozenset({"dense", "grouped_contiguous", "grouped_masked",
-                                                     "unspecified"})},
+                                                     "weight_only_4bit", "unspecified"})},
     "mla": {"dtype": None, "kv_dtype": None, "phase": frozenset({"decode", "prefill"}),
             "attention": frozenset({"dense", "sparse"}), "bound": frozenset({"compute", "memory"})},
     "dispatch": {"mode": frozenset({"normal", "low_latency"}), "operation": frozenset({"dispatch", "combine"}),

@@ -41,7 +41,8 @@ COMPUTE_DTYPE: dict[str, str] = {
 #: used. Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade performance for
 #: compute-heavy workloads."; SGLang's ``--moe-runner-backend marlin``, the MoE runner of its Hopper launches of
 #: DeepSeek-V4; Marlin, IST-DASLab/marlin README: "an extremely optimized FP16xINT4 matmul kernel"). Their
-#: GEMMs then run at the card's peak in this dtype.
+#: GEMMs then run at the card's peak in this dtype, held to the ceilings of published weight-only 4-bit GEMMs
+#: (:func:`pdcalc.perf.kernels.weight_only_ceiling`).
 WEIGHT_ONLY_FP4_DTYPE = "bf16"
 
 # Efficiencies: assumptions, not measurements. Change them per call.

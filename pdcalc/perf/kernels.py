@@ -96,6 +96,46 @@ def nearest_gemm(operation: str, n: int, k: int) -> GemmCeiling:
     return min(gemm_ceilings(operation), key=lambda g: (abs(np.log(g.n / n)) + abs(np.log(g.k / k)), g.n, g.k))
 
 
+#: The card whose published weight-only 4-bit GEMMs (``operation = "weight_only_4bit"`` in
+#: :mod:`pdcalc.perf.costs`) set the ceilings of FP4 experts on cards without FP4 tensor cores.
+WEIGHT_ONLY_REFERENCE = "h100"
+#: Bytes per weight of those GEMMs: 4-bit values (their channelwise scales are not counted).
+WEIGHT_ONLY_BYTES = 0.5
+
+
+@cache
+def weight_only_ceiling() -> GemmCeiling:
+    """The two ceilings of a weight-only 4-bit GEMM (the weights dequantized in registers and multiplied with
+    16-bit activations: Marlin, FlashInfer's SM90 mixed-input MoE) as shares of its card's 16-bit peak and HBM
+    bandwidth: the highest share any published point reached. A point that prints only FLOP/s at a shape is
+    converted to bandwidth by the bytes it moves (:func:`gemm_bytes` with 4-bit weights and 16-bit input and
+    output)."""
+    pts = cost_tables().gemm(WEIGHT_ONLY_REFERENCE, operation="weight_only_4bit")
+    ref = get_card(WEIGHT_ONLY_REFERENCE)
+    compute = max(p.efficiency for p in pts if p.efficiency is not None)
+    memory = []
+    for p in pts:
+        if None in (p.m, p.n, p.k, p.achieved_flop_per_s):
+            continue
+        seconds = 2.0 * p.m * p.n * p.k / p.achieved_flop_per_s
+        moved = gemm_bytes(p.m, p.n, p.k, weight_bytes=p.n * p.k * WEIGHT_ONLY_BYTES, in_bytes=2.0, out_bytes=2.0)
+        memory.append(moved / seconds / ref.hbm_bandwidth_bytes_per_s)
+    share = max(memory)
+    return GemmCeiling(operation="weight_only_4bit", n=0, k=0, flop_per_s=compute * ref.flops("bf16"),
+                       bytes_per_s=share * ref.hbm_bandwidth_bytes_per_s, compute_share=compute,
+                       memory_share=share, tables=tuple(sorted({p.table_id for p in pts})))
+
+
+def weight_only_seconds(*, flops, bytes_moved, card, peak_flops_per_s: float):
+    """Time of a weight-only 4-bit (grouped) GEMM on ``card``: the slower of :func:`weight_only_ceiling`'s two
+    ceilings at the card's 16-bit peak ``peak_flops_per_s`` and its HBM bandwidth. Returns
+    ``(seconds, compute_bound)``."""
+    g = weight_only_ceiling()
+    t_f = flops / (g.compute_share * peak_flops_per_s)
+    t_b = bytes_moved / (g.memory_share * get_card(card).hbm_bandwidth_bytes_per_s)
+    return np.maximum(t_f, t_b), t_f >= t_b
+
+
 def gemm_bytes(m, n: int, k: int, *, weight_bytes: float, in_bytes: float = 1.0, out_bytes: float = 2.0):
     """Bytes a GEMM moves as DeepGEMM counts them: the weights, the ``m x k`` input and the ``m x n`` output.
 

@@ -44,8 +44,8 @@ from pdcalc.model.quant import get_scheme
 from pdcalc.perf.comm import allreduce_fit, allreduce_seconds, ep_message_seconds, ranks_per_card
 from pdcalc.perf.flops import attention_flops_per_card
 from pdcalc.perf.inputs import StepInputs
-from pdcalc.perf.kernels import (GEMM_REFERENCE, CostSource, attention_ceilings, cost_tables, gemm_bytes, gemm_ceilings,
-                                 gemm_seconds)
+from pdcalc.perf.kernels import (GEMM_REFERENCE, WEIGHT_ONLY_REFERENCE, CostSource, attention_ceilings, cost_tables,
+                                 gemm_bytes, gemm_ceilings, gemm_seconds, weight_only_ceiling, weight_only_seconds)
 from pdcalc.perf.routing import expected_experts_hit, imbalance_factor
 from pdcalc.perf.schedule import overhead_seconds, overlap_compute_slowdown
 from pdcalc.perf.shape import model_shape
@@ -197,7 +197,11 @@ class _Kernels:
         f = 2.0 * rows * g.n * g.k
         in_bytes, dtype, peak = self.gemm_dtype[g.routed]
         b = gemm_bytes(rows, g.n, g.k, weight_bytes=w, in_bytes=in_bytes, out_bytes=x.act_bytes)
-        t, cb = gemm_seconds(op, g.n, g.k, flops=f, bytes_moved=b, card=self.c, dtype=dtype, peak_flops_per_s=peak)
+        if g.routed and x.expert_dtype != x.lin_dtype:     # FP4 experts multiplied weight-only
+            t, cb = weight_only_seconds(flops=f, bytes_moved=b, card=self.c, peak_flops_per_s=peak)
+        else:
+            t, cb = gemm_seconds(op, g.n, g.k, flops=f, bytes_moved=b, card=self.c, dtype=dtype,
+                                 peak_flops_per_s=peak)
         self.tally.kernel(part, t, cb, f, b, times)
         return t
 
@@ -355,12 +359,13 @@ def _table_sources(k: _Kernels) -> list:
                               "nearest shape by N and K" + (f"; carried to {c.name} {x.lin_dtype} as shares of "
                                                             f"its peak and HBM bandwidth" if carried else "")))
     if x.expert_dtype != x.lin_dtype and any(op.startswith("grouped") for op in k.gemm_ops):
-        tabs = tuple(sorted({t for op in k.gemm_ops if op.startswith("grouped") for g in gemm_ceilings(op)
-                             for t in g.tables}))
-        out.append(CostSource("GEMM (routed experts)", f"{c.name} {x.expert_dtype}", f"{ref_card} {ref_dtype}",
-                              tabs, True, "FP4 experts on a card without FP4 tensor cores, multiplied weight-only "
-                              "(FP4 weights, BF16 activations: vLLM's and SGLang's Marlin MoE): the grouped GEMMs' "
-                              f"shares carried to {c.name}'s {x.expert_dtype} peak"))
+        wo = weight_only_ceiling()
+        out.append(CostSource("GEMM (routed experts)", f"{c.name} {x.expert_dtype}",
+                              f"{WEIGHT_ONLY_REFERENCE} weight-only 4-bit", wo.tables, c.name != WEIGHT_ONLY_REFERENCE,
+                              "FP4 experts on a card without FP4 tensor cores, multiplied weight-only (FP4 weights, "
+                              "BF16 activations: Marlin's and FlashInfer's SM90 MoE): published weight-only 4-bit "
+                              f"GEMMs reach {wo.compute_share:.1%} of the 16-bit peak and {wo.memory_share:.1%} of "
+                              f"the HBM bandwidth, carried to {c.name} as shares"))
     for op in ("dispatch", "combine"):
         if op in k.ep_sources:
             out.append(k.ep_sources[op])
