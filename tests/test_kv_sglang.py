@@ -85,7 +85,7 @@ def test_served_sglang_v4_sequences_come_from_the_pool():
     s = _v4_spec({"tp": 8, "memory_utilization": 0.88, "swa_full_tokens_ratio": 0.2}, mtp=1)
     role = s.roles()["serve"]
     t = served_tables(s).decode
-    room = budget(s.card, t.weights_bytes, **memory_share(s.engine, role)).kv_bytes
+    room = budget(s.card, t.weights_bytes, **memory_share(s, "serve", role)).kv_bytes
     pool = sglang_v4_pool(s.model, swa_ratio=0.2, speculative=True, max_running_requests=256)
     ctx = s.workload.mean_prompt + s.workload.mean_output
     assert t.kv_seqs == pytest.approx(pool.tokens(room) / ctx, rel=1e-12)
@@ -102,3 +102,53 @@ def test_swa_ratio_is_sglangs_and_v4s_only():
         _v4_spec({"tp": 8, "swa_full_tokens_ratio": 0.1}, engine="vllm")
     with pytest.raises(ConfigError, match=r"\[serve\] swa_full_tokens_ratio"):
         _v4_spec({"tp": 8, "swa_full_tokens_ratio": 1.5})
+
+
+# ------------------------------------------------------------------ SGLang's default --mem-fraction-static
+def _spec(card, serve=None, **roles):
+    d = {"model": "deepseek-v4-flash", "card": card, "engine": "sglang",
+         "workload": {"prompt": 1000, "output": 100, "concurrency": 1}, **roles}
+    if serve is not None:
+        d["serve"] = serve
+    return spec_from_dict(d, "test")
+
+
+def test_sglangs_default_memory_fraction_follows_its_reserve():
+    from pdcalc.hardware.cards import get_card
+    from pdcalc.perf.engine_limits import sglang_mem_fraction
+
+    mib = get_card("b200").usable_base_bytes / 2**20
+    # B200, --tp 4: 512 + 1.5 x chunk 16384 + 2 x graph batch 512 + 4 / 8 x 1024 MiB
+    s = _spec("b200", {"tp": 4})
+    assert sglang_mem_fraction(s, "serve", s.serve) == round(1 - (512 + 1.5 * 16384 + 2 * 512 + 512) / mib, 3)
+    # DP attention over 8 ranks: --tp 8, and the graph batch x dp x 3, x 1.5 more above a batch of 300
+    s = _spec("b200", {"tp": 1, "dp": 8})
+    dp_reserve = 512 + 1.5 * 16384 + 2 * 512 + 1024 + 512 * 8 * 3 + 512 * 8 * 1.5
+    assert sglang_mem_fraction(s, "serve", s.serve) == round(1 - dp_reserve / mib, 3)
+    # a small chunk falls to the 10 GiB floor of a card above 60 GiB
+    s = _spec("b200", {"tp": 4, "max_num_batched_tokens": 2048})
+    assert sglang_mem_fraction(s, "serve", s.serve) == round(1 - 10 * 1024 / mib, 3)
+    # a disaggregated decode server reserves for its running requests x draft tokens, not a prefill chunk
+    s = _spec("b200", prefill={"tp": 4}, decode={"tp": 4, "max_num_seqs": 2048}, mtp={"draft_tokens": 3})
+    decode_reserve = 512 + 1.5 * 2048 * 4 + 2 * 512 + 512
+    assert sglang_mem_fraction(s, "decode", s.decode) == round(1 - decode_reserve / mib, 3)
+    # a prefill server has no decode graph
+    assert sglang_mem_fraction(s, "prefill", s.prefill) == round(1 - (512 + 1.5 * 16384 + 512) / mib, 3)
+    # SGLang's NPU defaults are not read; vLLM has its own
+    a = spec_from_dict({"model": "deepseek-v3", "card": "ascend-910c-die", "engine": "sglang", "serve": {"tp": 16},
+                        "workload": {"prompt": 1000, "output": 100, "concurrency": 1}}, "test")
+    assert sglang_mem_fraction(a, "serve", a.serve) is None
+
+
+def test_served_sglang_takes_its_default_fraction_where_the_launch_gives_none():
+    from pdcalc.perf.engine_limits import sglang_mem_fraction
+    from pdcalc.perf.served import OVERHEAD_BYTES, UTILIZATION
+
+    s = _spec("b200", {"tp": 4})
+    share = memory_share(s, "serve", s.serve)
+    assert share == {"utilization": sglang_mem_fraction(s, "serve", s.serve), "overhead_bytes": 0.0}
+    stated = _spec("b200", {"tp": 4, "memory_utilization": 0.8})
+    assert memory_share(stated, "serve", stated.serve) == {"utilization": 0.8, "overhead_bytes": 0.0}
+    v = spec_from_dict({"model": "deepseek-v4-flash", "card": "b200", "engine": "vllm", "serve": {"tp": 4},
+                        "workload": {"prompt": 1000, "output": 100, "concurrency": 1}}, "test")
+    assert memory_share(v, "serve", v.serve) == {"utilization": UTILIZATION, "overhead_bytes": OVERHEAD_BYTES}

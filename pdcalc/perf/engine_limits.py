@@ -11,7 +11,8 @@ Each rule is the engine's own code, quoted in :data:`SOURCES`:
 - SGLang: ``--chunked-prefill-size`` by device memory (:data:`SGLANG_CHUNK`), divided over the DP ranks under DP
   attention; DeepSeek-V4 is admitted up to ``max_running_requests`` :data:`SGLANG_V4_RUNNING` per server, divided
   over the DP ranks. Other models are held by their KV cache only. On Ascend NPUs SGLang takes its NPU defaults,
-  which are not read here: the chunk is the fallback.
+  which are not read here: the chunk is the fallback. Where a launch gives no ``--mem-fraction-static``, SGLang
+  sets one from its reserve for activations and CUDA graphs (:func:`sglang_mem_fraction`, NVIDIA cards).
 - Other engines: :data:`pdcalc.perf.served.DEFAULT_MAX_SEQS` and ``DEFAULT_TOKEN_BUDGET``.
 
 A limit the spec states (``max_num_seqs``, ``max_num_batched_tokens``, per DP rank) always wins.
@@ -50,6 +51,22 @@ SGLANG_CHUNK = ((20 * GiB, 2048), (35 * GiB, 2048), (60 * GiB, 4096), (160 * GiB
 SGLANG_CHUNK_LARGEST = 16384
 #: SGLang's admission limit for DeepSeek-V4 (per server, over its DP ranks).
 SGLANG_V4_RUNNING = 256
+#: SGLang's decode CUDA-graph batch by device memory: (below this many bytes, batch below TP 4, batch from TP 4),
+#: then :data:`SGLANG_GRAPH_BS_LARGEST`.
+SGLANG_GRAPH_BS = ((20 * GiB, 8, 8), (35 * GiB, 24, 80), (60 * GiB, 32, 160), (90 * GiB, 256, 512),
+                   (160 * GiB, 256, 512))
+SGLANG_GRAPH_BS_LARGEST = 512
+#: ``--mem-fraction-static`` when a launch gives none (SGLang 0.5.15, server_args.py, _handle_gpu_memory_settings;
+#: all in MiB): 'reserved_mem = 512' ... 'reserved_mem += max(self.chunked_prefill_size, 2048) * 1.5' (a decode
+#: server: 'max(running_requests * draft_tokens, 2048) * 1.5') ... 'reserved_mem += decode_cuda_graph_config.max_bs
+#: * 2' (not on a prefill server) ... 'reserved_mem += self.tp_size * self.pp_size / 8 * 1024' ... under DP attention
+#: 'reserved_mem += decode_cuda_graph_config.max_bs * self.dp_size * 3' and, above a batch of 300, '* 1.5' more ...
+#: 'if gpu_mem is not None and gpu_mem > 60 * 1024: reserved_mem = max(reserved_mem, 10 * 1024)' ...
+#: 'self.mem_fraction_static = round((gpu_mem - reserved_mem) / gpu_mem, 3)'. The prefill CUDA graph adds nothing
+#: for DeepSeek models (_disable_breakable_cudagraph_if_incompatible: 'MLA attention', 'DeepSeek-V4'); DeepEP's
+#: 2 GiB is not added (the spec names no all-to-all backend).
+SGLANG_RESERVE_FLOOR_MIB = 10 * 1024
+SGLANG_RESERVE_FLOOR_FROM = 60 * GiB
 #: Engines that run vLLM's scheduler and its defaults.
 VLLM_FAMILY = ("vllm", "vllm-ascend", "omni-infer")
 
@@ -94,3 +111,43 @@ def engine_limits(spec, role, *, fallback_seqs: int, fallback_budget: int) -> Li
     if role.max_num_batched_tokens:
         budget, budget_from = role.max_num_batched_tokens, "the spec"
     return Limits(max_seqs=seqs, budget=int(budget), seqs_from=seqs_from, budget_from=budget_from)
+
+
+def sglang_graph_bs(mem_bytes: float, tp: int) -> int:
+    """SGLang's decode CUDA-graph batch on a device of ``mem_bytes`` with ``tp`` ranks per server
+    (:data:`SGLANG_GRAPH_BS`)."""
+    return next(((small if tp < 4 else large) for below, small, large in SGLANG_GRAPH_BS if mem_bytes < below),
+                SGLANG_GRAPH_BS_LARGEST)
+
+
+def sglang_mem_fraction(spec, name: str, role) -> float | None:
+    """SGLang's ``--mem-fraction-static`` for a role whose launch gives none (:data:`SGLANG_RESERVE_FLOOR_MIB` for
+    the rule), on an NVIDIA card; None elsewhere (SGLang's NPU defaults are not read here). ``name`` is the
+    role's table: a ``decode`` or ``prefill`` role is a disaggregated server of that mode."""
+    card = get_card(spec.card)
+    if spec.engine != "sglang" or card.family != "nvidia":
+        return None
+    mem = card.usable_base_bytes
+    mib = mem / 2**20
+    dp = max(role.dp, 1)
+    tp_size = role.tp * dp                       # SGLang's --tp spans the DP-attention ranks
+    graph_bs = sglang_graph_bs(mem, tp_size)
+    chunk = (role.max_num_batched_tokens * dp if role.max_num_batched_tokens else
+             next((size for below, size in SGLANG_CHUNK if mem < below), SGLANG_CHUNK_LARGEST))
+    reserved = 512.0
+    if name == "decode":
+        running = role.max_num_seqs * dp if role.max_num_seqs else graph_bs
+        drafts = spec.mtp.draft_tokens + 1 if spec.mtp is not None else 1
+        reserved += max(running * drafts, 2048) * 1.5
+    else:
+        reserved += max(chunk, 2048) * 1.5
+    if name != "prefill":
+        reserved += graph_bs * 2
+    reserved += tp_size / 8 * 1024
+    if dp > 1 and name != "prefill":
+        reserved += graph_bs * dp * 3
+        if graph_bs > 300:
+            reserved += graph_bs * dp * 1.5
+    if mem > SGLANG_RESERVE_FLOOR_FROM:
+        reserved = max(reserved, SGLANG_RESERVE_FLOOR_MIB)
+    return round((mib - reserved) / mib, 3)

@@ -42,7 +42,7 @@ from pdcalc.model.kv_cache import kv_bytes
 from pdcalc.model.kv_layout import default_engine
 from pdcalc.model.kv_sglang import SGLANG_SWA_RATIO, SglangV4Pool, sglang_v4_pool
 from pdcalc.model.quant import default_scheme_on
-from pdcalc.perf.engine_limits import engine_limits
+from pdcalc.perf.engine_limits import engine_limits, sglang_mem_fraction
 from pdcalc.perf.speculative import accepted_tokens, dataset_acceptance
 from pdcalc.perf.step import step
 from pdcalc.perf.traffic import kv_step_kwargs
@@ -174,18 +174,22 @@ def _kv_kwargs(spec: ServedSpec, engine: str) -> dict:
     return kv_step_kwargs(spec.model, engine, spec.kv_dtype)
 
 
-def memory_share(engine: str, role: Role) -> dict:
-    """The share of a card's memory a role's engine takes and what it holds beside weights and KV cache: the
-    role's ``memory_utilization`` where stated (vLLM's ``--gpu-memory-utilization``, activations and framework
-    inside it; SGLang's ``--mem-fraction-static``, activations outside it, :data:`FRACTION_ENGINES`), else
+def memory_share(spec: ServedSpec, name: str, role: Role) -> dict:
+    """The share of a card's memory role ``name`` of ``spec`` takes and what it holds beside weights and KV cache:
+    the role's ``memory_utilization`` where stated (vLLM's ``--gpu-memory-utilization``, activations and framework
+    inside it; SGLang's ``--mem-fraction-static``, activations outside it, :data:`FRACTION_ENGINES`); unstated,
+    SGLang's own default on NVIDIA cards (:func:`pdcalc.perf.engine_limits.sglang_mem_fraction`), else
     :data:`UTILIZATION` with :data:`OVERHEAD_BYTES`."""
     if role.memory_utilization is None:
+        fraction = sglang_mem_fraction(spec, name, role) if spec.engine in FRACTION_ENGINES else None
+        if fraction is not None:
+            return {"utilization": fraction, "overhead_bytes": 0.0}
         return {"utilization": UTILIZATION, "overhead_bytes": OVERHEAD_BYTES}
     return {"utilization": role.memory_utilization,
-            "overhead_bytes": 0.0 if engine in FRACTION_ENGINES else OVERHEAD_BYTES}
+            "overhead_bytes": 0.0 if spec.engine in FRACTION_ENGINES else OVERHEAD_BYTES}
 
 
-def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[float, float, bool, float]:
+def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str) -> tuple[float, float, bool, float]:
     """Weights per card, KV sequences per rank, whether it fits, and by how much it is short."""
     c = get_card(spec.card)
     mtp = spec.mtp is not None
@@ -194,7 +198,7 @@ def _memory(spec: ServedSpec, role: Role, quant: str, engine: str) -> tuple[floa
     else:
         cw = card_weights(spec.model, quant, ep=None, tp=role.tp, mtp=mtp)
         w = cw.total_bytes
-    room = budget(spec.card, w, **memory_share(spec.engine, role)).kv_bytes
+    room = budget(spec.card, w, **memory_share(spec, name, role)).kv_bytes
     ctx = spec.workload.mean_prompt + spec.workload.mean_output
     pool = sglang_pool(spec, role)
     if pool is not None:
@@ -221,7 +225,7 @@ def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine:
     w = spec.workload
     kw = dict(tp=role.tp, dp=role.dp, ep=role.ep, quant=quant, costs="published", graph=spec.graph,
               **_kv_kwargs(spec, engine))
-    weights, kv_seqs, fits, short = _memory(spec, role, quant, engine)
+    weights, kv_seqs, fits, short = _memory(spec, name, role, quant, engine)
     lim = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET)
     room = max(kv_seqs, 1.0)
     max_batch = float(room if lim.max_seqs is None else min(lim.max_seqs, room))
