@@ -152,3 +152,15 @@ def test_served_sglang_takes_its_default_fraction_where_the_launch_gives_none():
     v = spec_from_dict({"model": "deepseek-v4-flash", "card": "b200", "engine": "vllm", "serve": {"tp": 4},
                         "workload": {"prompt": 1000, "output": 100, "concurrency": 1}}, "test")
     assert memory_share(v, "serve", v.serve) == {"utilization": UTILIZATION, "overhead_bytes": OVERHEAD_BYTES}
+
+
+def test_a_pool_whose_request_slots_do_not_fit_is_short_by_them():
+    """SGLang sets the 128:1 states of every request slot aside before any token: a room smaller than that does not
+    start ("Not enough memory"), and the prediction says by how much it is short."""
+    s = _v4_spec({"tp": 8, "memory_utilization": 0.755}, mtp=1)
+    t = served_tables(s).decode
+    room = budget(s.card, t.weights_bytes, **memory_share(s, "serve", s.serve)).kv_bytes
+    pool = sglang_v4_pool(s.model, swa_ratio=SGLANG_SWA_RATIO, speculative=True, max_running_requests=256)
+    assert 0 < room < pool.fixed_bytes
+    assert not t.fits and t.short_bytes == pytest.approx(pool.fixed_bytes - room, rel=1e-12)
+    assert t.kv_seqs == 0.0

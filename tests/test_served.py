@@ -502,8 +502,8 @@ def test_temperature_is_checked_and_picks_figures_sampled_alike():
 
 def test_memory_utilization_sets_the_kv_room_as_each_engine_reads_it():
     """A role's memory_utilization is checked; under vLLM the stated share holds activations and framework too,
-    under SGLang (--mem-fraction-static) the KV pool is the share less the weights alone; unset, pdcalc's
-    default share and overhead apply."""
+    under SGLang (--mem-fraction-static) the KV pool is the share less the weights alone; unset, vLLM takes pdcalc's
+    default share and overhead, SGLang its own fraction."""
     from pdcalc.hardware.cards import get_card
     from pdcalc.layout.memory import card_weights
     from pdcalc.model.kv_cache import kv_bytes
@@ -527,7 +527,13 @@ def test_memory_utilization_sets_the_kv_room_as_each_engine_reads_it():
                                                                  rel=1e-12)
     assert "sglang" in sv.FRACTION_ENGINES
     assert seqs("sglang", memory_utilization=0.8) == pytest.approx((0.8 * base - w) / seq, rel=1e-12)
-    assert seqs("sglang") == seqs("vllm")
+    # unset, SGLang sets its own fraction from its reserve (pdcalc.perf.engine_limits.sglang_mem_fraction)
+    from pdcalc.perf.engine_limits import sglang_mem_fraction
+    s = spec_from_dict({"model": "deepseek-v3", "card": "h200", "engine": "sglang", "quant": "fp8", "serve": {"tp": 8},
+                        "workload": {"prompt": 2000, "output": 1000, "concurrency": 8}})
+    fraction = sglang_mem_fraction(s, "serve", s.serve)
+    assert seqs("sglang") == pytest.approx((fraction * base - w) / seq, rel=1e-12)
+    assert fraction != sv.UTILIZATION
 
 
 def test_prefill_delayer_holds_prompts_until_every_dp_rank_has_some():

@@ -201,8 +201,8 @@ def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str) ->
     room = budget(spec.card, w, **memory_share(spec, name, role)).kv_bytes
     ctx = spec.workload.mean_prompt + spec.workload.mean_output
     pool = sglang_pool(spec, role)
-    if pool is not None:
-        return w, pool.tokens(room) / ctx, room > 0, max(0.0, -room)
+    if pool is not None:                 # the pool's request slots come first (SGLang: "Not enough memory")
+        return w, pool.tokens(room) / ctx, room > pool.fixed_bytes, max(0.0, pool.fixed_bytes - room)
     kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto") else None
     seq = kv_bytes(spec.model, round(ctx), engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
     return w, max(room, 0.0) / seq, room > 0, max(0.0, -room)
@@ -210,8 +210,8 @@ def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str) ->
 
 def sglang_pool(spec: ServedSpec, role: Role) -> SglangV4Pool | None:
     """SGLang's DeepSeek-V4 pool for a role (None for any other engine or model): SGLang charges every token
-    of it for the window ring and compressor states (:mod:`pdcalc.model.kv_sglang`), so a card holds fewer
-    tokens than the sequences' own cache would take."""
+    of it for the window pool and the 4:1 compressor states, and sets the 128:1 states aside per request slot
+    (:mod:`pdcalc.model.kv_sglang`)."""
     if spec.engine != "sglang" or load_config(spec.model).model_type != "deepseek_v4":
         return None
     ratio = role.swa_full_tokens_ratio if role.swa_full_tokens_ratio is not None else SGLANG_SWA_RATIO
