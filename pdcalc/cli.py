@@ -502,8 +502,10 @@ def cmd_predict(args) -> int:
         return _print_json(out, indent=2)
     print(spec.describe())
     if not p.fits:
-        print(f"  does not fit: a card is short by {p.short_gib:.2f} GiB (weights and runtime under the "
-              f"memory cap)")
+        from pdcalc.perf.served import sglang_pool
+        held = ("weights, runtime and SGLang's KV reserve for its request slots"
+                if sglang_pool(spec, next(iter(spec.roles().values()))) is not None else "weights and runtime")
+        print(f"  does not fit: a card is short by {p.short_gib:.2f} GiB ({held} under the memory cap)")
         return 0
     print(f"  output        {_ranged_text(p.output_tokens_per_s, 'tokens/s')}; per card "
           f"{_ranged_text(p.output_tokens_per_s_per_card, 'tokens/s')}")

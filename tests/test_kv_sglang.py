@@ -164,3 +164,19 @@ def test_a_pool_whose_request_slots_do_not_fit_is_short_by_them():
     assert 0 < room < pool.fixed_bytes
     assert not t.fits and t.short_bytes == pytest.approx(pool.fixed_bytes - room, rel=1e-12)
     assert t.kv_seqs == 0.0
+
+
+def test_predict_says_what_an_sglang_v4_card_is_short_of(tmp_path):
+    from cli_harness import run_cli
+
+    path = tmp_path / "short.toml"
+    path.write_text('model = "deepseek-v4-pro"\ncard = "h200"\nengine = "sglang"\n[serve]\ntp = 8\n'
+                    'memory_utilization = 0.76\n[mtp]\ndraft_tokens = 1\n'
+                    '[workload]\nprompt = 8192\noutput = 1024\nconcurrency = 256\n')
+    out = run_cli("predict", path)
+    assert out.code == 0
+    assert "does not fit" in out.out and "SGLang's KV reserve for its request slots" in out.out
+    plain = tmp_path / "plain.toml"
+    plain.write_text(path.read_text().replace('engine = "sglang"', 'engine = "vllm"'))
+    other = run_cli("predict", plain)
+    assert other.code == 0 and "request slots" not in other.out
