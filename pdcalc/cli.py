@@ -313,6 +313,7 @@ def cmd_throughput(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    from pdcalc.plan.labels import SPLIT_KEYS
     from pdcalc.plan.search import plan
     from pdcalc.plan.workload import Setup, Workload
 
@@ -345,8 +346,7 @@ def cmd_plan(args) -> int:
         from pdcalc.plan.search import calibration_moves
 
         moves = calibration_moves(p, plan(replace(setup, served_terms=None, frontier_points=0), work))
-    keys = ["p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp", "cards", "concurrency",
-            "kv_capacity_seqs", "prefill_load", "ttft_s", "tpot_s", "output_tokens_per_s", "tokens_per_s_per_card",
+    keys = [*SPLIT_KEYS, "cards", "concurrency", "kv_capacity_seqs", "prefill_load", "ttft_s", "tpot_s", "output_tokens_per_s", "tokens_per_s_per_card",
             "binding"]
     keys += [c for c in p.ranked.columns if c.endswith(("_low", "_high"))]
     rows = [{k: _clean(v) for k, v in r.items()}
@@ -502,9 +502,9 @@ def cmd_predict(args) -> int:
         return _print_json(out, indent=2)
     print(spec.describe())
     if not p.fits:
-        from pdcalc.perf.served import sglang_pool
-        held = ("weights, runtime and SGLang's KV reserve for its request slots"
-                if sglang_pool(spec, next(iter(spec.roles().values()))) is not None else "weights and runtime")
+        from pdcalc.perf.served import sizes_sglang_v4_pool
+        held = ("weights, runtime and SGLang's KV reserve for its request slots" if sizes_sglang_v4_pool(spec)
+                else "weights and runtime")
         print(f"  does not fit: a card is short by {p.short_gib:.2f} GiB ({held} under the memory cap)")
         return 0
     print(f"  output        {_ranged_text(p.output_tokens_per_s, 'tokens/s')}; per card "

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pdcalc.core.errors import ConfigError
-from pdcalc.core.units import GiB
+from pdcalc.core.units import GiB, MiB
 from pdcalc.layout.memory import budget
 from pdcalc.layout.served import spec_from_dict
 from pdcalc.model.kv_sglang import SGLANG_SWA_RATIO, sglang_v4_pool
@@ -73,16 +73,22 @@ def test_other_models_and_ratios_are_refused():
         sglang_v4_pool("deepseek-v4-flash", swa_ratio=0.0, speculative=False, max_running_requests=1)
 
 
-def _v4_spec(serve, engine="sglang", mtp=None):
-    d = {"model": "deepseek-v4-pro", "card": "h200", "engine": engine, "serve": serve,
-         "workload": {"prompt": 8192, "output": 1024, "concurrency": 256, "num_prompts": 512}}
+#: The cookbook's long workload (V4-Pro on the H200) and a short one.
+LONG = {"prompt": 8192, "output": 1024, "concurrency": 256, "num_prompts": 512}
+SHORT = {"prompt": 1000, "output": 100, "concurrency": 1}
+
+
+def _spec(card="h200", serve=None, *, model="deepseek-v4-pro", engine="sglang", mtp=None, workload=LONG, **roles):
+    d = {"model": model, "card": card, "engine": engine, "workload": workload, **roles}
+    if serve is not None:
+        d["serve"] = serve
     if mtp:
         d["mtp"] = {"draft_tokens": mtp}
     return spec_from_dict(d, "test")
 
 
 def test_served_sglang_v4_sequences_come_from_the_pool():
-    s = _v4_spec({"tp": 8, "memory_utilization": 0.88, "swa_full_tokens_ratio": 0.2}, mtp=1)
+    s = _spec(serve={"tp": 8, "memory_utilization": 0.88, "swa_full_tokens_ratio": 0.2}, mtp=1)
     role = s.roles()["serve"]
     t = served_tables(s).decode
     room = budget(s.card, t.weights_bytes, **memory_share(s, "serve", role)).kv_bytes
@@ -90,53 +96,48 @@ def test_served_sglang_v4_sequences_come_from_the_pool():
     ctx = s.workload.mean_prompt + s.workload.mean_output
     assert t.kv_seqs == pytest.approx(pool.tokens(room) / ctx, rel=1e-12)
     # without the flag, SGLang's DeepSeek-V4 default; the same layout on vLLM keeps vLLM's own layout
-    d = served_tables(_v4_spec({"tp": 8, "memory_utilization": 0.88}, mtp=1)).decode
+    d = served_tables(_spec(serve={"tp": 8, "memory_utilization": 0.88}, mtp=1)).decode
     assert d.kv_seqs == pytest.approx(sglang_v4_pool(s.model, swa_ratio=SGLANG_SWA_RATIO, speculative=True,
                                                      max_running_requests=256).tokens(room) / ctx, rel=1e-12)
-    v = served_tables(_v4_spec({"tp": 8, "memory_utilization": 0.88}, engine="vllm", mtp=1)).decode
+    v = served_tables(_spec(serve={"tp": 8, "memory_utilization": 0.88}, engine="vllm", mtp=1)).decode
     assert not math.isclose(v.kv_seqs, d.kv_seqs, rel_tol=0.01)
 
 
 def test_swa_ratio_is_sglangs_and_v4s_only():
     with pytest.raises(ConfigError, match=r"\[serve\] swa_full_tokens_ratio"):
-        _v4_spec({"tp": 8, "swa_full_tokens_ratio": 0.1}, engine="vllm")
+        _spec(serve={"tp": 8, "swa_full_tokens_ratio": 0.1}, engine="vllm")
     with pytest.raises(ConfigError, match=r"\[serve\] swa_full_tokens_ratio"):
-        _v4_spec({"tp": 8, "swa_full_tokens_ratio": 1.5})
+        _spec(serve={"tp": 8, "swa_full_tokens_ratio": 1.5})
 
 
 # ------------------------------------------------------------------ SGLang's default --mem-fraction-static
-def _spec(card, serve=None, **roles):
-    d = {"model": "deepseek-v4-flash", "card": card, "engine": "sglang",
-         "workload": {"prompt": 1000, "output": 100, "concurrency": 1}, **roles}
-    if serve is not None:
-        d["serve"] = serve
-    return spec_from_dict(d, "test")
+def _flash(card, serve=None, **roles):
+    return _spec(card, serve, model="deepseek-v4-flash", workload=SHORT, **roles)
 
 
 def test_sglangs_default_memory_fraction_follows_its_reserve():
     from pdcalc.hardware.cards import get_card
     from pdcalc.perf.engine_limits import sglang_mem_fraction
 
-    mib = get_card("b200").usable_base_bytes / 2**20
+    mib = get_card("b200").usable_base_bytes / MiB
     # B200, --tp 4: 512 + 1.5 x chunk 16384 + 2 x graph batch 512 + 4 / 8 x 1024 MiB
-    s = _spec("b200", {"tp": 4})
+    s = _flash("b200", {"tp": 4})
     assert sglang_mem_fraction(s, "serve", s.serve) == round(1 - (512 + 1.5 * 16384 + 2 * 512 + 512) / mib, 3)
     # DP attention over 8 ranks: --tp 8, and the graph batch x dp x 3, x 1.5 more above a batch of 300
-    s = _spec("b200", {"tp": 1, "dp": 8})
+    s = _flash("b200", {"tp": 1, "dp": 8})
     dp_reserve = 512 + 1.5 * 16384 + 2 * 512 + 1024 + 512 * 8 * 3 + 512 * 8 * 1.5
     assert sglang_mem_fraction(s, "serve", s.serve) == round(1 - dp_reserve / mib, 3)
     # a small chunk falls to the 10 GiB floor of a card above 60 GiB
-    s = _spec("b200", {"tp": 4, "max_num_batched_tokens": 2048})
+    s = _flash("b200", {"tp": 4, "max_num_batched_tokens": 2048})
     assert sglang_mem_fraction(s, "serve", s.serve) == round(1 - 10 * 1024 / mib, 3)
     # a disaggregated decode server reserves for its running requests x draft tokens, not a prefill chunk
-    s = _spec("b200", prefill={"tp": 4}, decode={"tp": 4, "max_num_seqs": 2048}, mtp={"draft_tokens": 3})
+    s = _flash("b200", prefill={"tp": 4}, decode={"tp": 4, "max_num_seqs": 2048}, mtp=3)
     decode_reserve = 512 + 1.5 * 2048 * 4 + 2 * 512 + 512
     assert sglang_mem_fraction(s, "decode", s.decode) == round(1 - decode_reserve / mib, 3)
     # a prefill server has no decode graph
     assert sglang_mem_fraction(s, "prefill", s.prefill) == round(1 - (512 + 1.5 * 16384 + 512) / mib, 3)
     # SGLang's NPU defaults are not read; vLLM has its own
-    a = spec_from_dict({"model": "deepseek-v3", "card": "ascend-910c-die", "engine": "sglang", "serve": {"tp": 16},
-                        "workload": {"prompt": 1000, "output": 100, "concurrency": 1}}, "test")
+    a = _spec("ascend-910c-die", {"tp": 16}, model="deepseek-v3", workload=SHORT)
     assert sglang_mem_fraction(a, "serve", a.serve) is None
 
 
@@ -144,20 +145,19 @@ def test_served_sglang_takes_its_default_fraction_where_the_launch_gives_none():
     from pdcalc.perf.engine_limits import sglang_mem_fraction
     from pdcalc.perf.served import OVERHEAD_BYTES, UTILIZATION
 
-    s = _spec("b200", {"tp": 4})
+    s = _flash("b200", {"tp": 4})
     share = memory_share(s, "serve", s.serve)
     assert share == {"utilization": sglang_mem_fraction(s, "serve", s.serve), "overhead_bytes": 0.0}
-    stated = _spec("b200", {"tp": 4, "memory_utilization": 0.8})
+    stated = _flash("b200", {"tp": 4, "memory_utilization": 0.8})
     assert memory_share(stated, "serve", stated.serve) == {"utilization": 0.8, "overhead_bytes": 0.0}
-    v = spec_from_dict({"model": "deepseek-v4-flash", "card": "b200", "engine": "vllm", "serve": {"tp": 4},
-                        "workload": {"prompt": 1000, "output": 100, "concurrency": 1}}, "test")
+    v = _spec("b200", {"tp": 4}, model="deepseek-v4-flash", engine="vllm", workload=SHORT)
     assert memory_share(v, "serve", v.serve) == {"utilization": UTILIZATION, "overhead_bytes": OVERHEAD_BYTES}
 
 
 def test_a_pool_whose_request_slots_do_not_fit_is_short_by_them():
     """SGLang sets the 128:1 states of every request slot aside before any token: a room smaller than that does not
     start ("Not enough memory"), and the prediction says by how much it is short."""
-    s = _v4_spec({"tp": 8, "memory_utilization": 0.755}, mtp=1)
+    s = _spec(serve={"tp": 8, "memory_utilization": 0.755}, mtp=1)
     t = served_tables(s).decode
     room = budget(s.card, t.weights_bytes, **memory_share(s, "serve", s.serve)).kv_bytes
     pool = sglang_v4_pool(s.model, swa_ratio=SGLANG_SWA_RATIO, speculative=True, max_running_requests=256)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdcalc.core.units import GiB
+from pdcalc.core.units import GiB, MiB
 from pdcalc.hardware.cards import get_card
 from pdcalc.model.config import load_config
 
@@ -82,6 +82,11 @@ class Limits:
     budget_from: str
 
 
+def sglang_chunk(mem_bytes: float) -> int:
+    """SGLang's ``--chunked-prefill-size`` on a device of ``mem_bytes`` (:data:`SGLANG_CHUNK`), per server."""
+    return next((size for below, size in SGLANG_CHUNK if mem_bytes < below), SGLANG_CHUNK_LARGEST)
+
+
 def _is_v4(model) -> bool:
     return load_config(model).model_type == "deepseek_v4"
 
@@ -99,7 +104,7 @@ def engine_limits(spec, role, *, fallback_seqs: int, fallback_budget: int) -> Li
         seqs_from = budget_from = SOURCES["vllm"]
     elif spec.engine == "sglang":
         if card.family == "nvidia":
-            budget = next((size for below, size in SGLANG_CHUNK if mem < below), SGLANG_CHUNK_LARGEST)
+            budget = sglang_chunk(mem)
             budget_from = SOURCES["sglang-chunk"]
         budget = max(budget // dp, 1)
         if _is_v4(spec.model):
@@ -128,12 +133,11 @@ def sglang_mem_fraction(spec, name: str, role) -> float | None:
     if spec.engine != "sglang" or card.family != "nvidia":
         return None
     mem = card.usable_base_bytes
-    mib = mem / 2**20
+    mib = mem / MiB
     dp = max(role.dp, 1)
     tp_size = role.tp * dp                       # SGLang's --tp spans the DP-attention ranks
     graph_bs = sglang_graph_bs(mem, tp_size)
-    chunk = (role.max_num_batched_tokens * dp if role.max_num_batched_tokens else
-             next((size for below, size in SGLANG_CHUNK if mem < below), SGLANG_CHUNK_LARGEST))
+    chunk = role.max_num_batched_tokens * dp if role.max_num_batched_tokens else sglang_chunk(mem)
     reserved = 512.0
     if name == "decode":
         running = role.max_num_seqs * dp if role.max_num_seqs else graph_bs

@@ -208,11 +208,16 @@ def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str) ->
     return w, max(room, 0.0) / seq, room > 0, max(0.0, -room)
 
 
+def sizes_sglang_v4_pool(spec: ServedSpec) -> bool:
+    """Whether ``spec`` runs DeepSeek-V4 on SGLang, whose KV pool :func:`sglang_pool` sizes."""
+    return spec.engine == "sglang" and load_config(spec.model).model_type == "deepseek_v4"
+
+
 def sglang_pool(spec: ServedSpec, role: Role) -> SglangV4Pool | None:
     """SGLang's DeepSeek-V4 pool for a role (None for any other engine or model): SGLang charges every token
     of it for the window pool and the 4:1 compressor states, and sets the 128:1 states aside per request slot
     (:mod:`pdcalc.model.kv_sglang`)."""
-    if spec.engine != "sglang" or load_config(spec.model).model_type != "deepseek_v4":
+    if not sizes_sglang_v4_pool(spec):
         return None
     ratio = role.swa_full_tokens_ratio if role.swa_full_tokens_ratio is not None else SGLANG_SWA_RATIO
     lim = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET)

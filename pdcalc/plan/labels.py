@@ -12,6 +12,11 @@ from pdcalc.plan.roles import layout_weights, seq_kv_bytes
 from pdcalc.plan.workload import Setup, Workload
 
 
+#: The columns that name a disaggregated split and a co-located option in a plan's tables.
+SPLIT_KEYS = ("p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp")
+AGG_KEYS = ("instances", "size", "tp")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PDSplit:
     """A published P/D disaggregated split."""

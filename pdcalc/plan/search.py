@@ -132,7 +132,7 @@ import pandas as pd
 from pdcalc.core.units import GiB
 from pdcalc.model.inventory import get_inventory
 from pdcalc.plan.frontier_search import frontier, frontier_at_target
-from pdcalc.plan.labels import aggregated_label, option_label, split_label
+from pdcalc.plan.labels import AGG_KEYS, SPLIT_KEYS, aggregated_label, option_label, split_label
 from pdcalc.plan.roles import Side, instance_sizes, layout_tp_problem, layouts, seq_kv_bytes, tried_sizes, usable_bytes
 from pdcalc.plan.splits import count_splits, evaluate, evaluate_aggregated, evaluate_loop
 from pdcalc.plan.views import PlanViews, closest
@@ -320,11 +320,6 @@ def plan(setup: Setup, work: Workload, *, vectorized: bool = True, targets: Targ
     winner, why = _winner(result)
     front = frontier(setup, work, targets=tg, lay=lay) if setup.frontier_points else None
     return replace(result, winner=winner, why=why, frontier=front, seconds=time.perf_counter() - t0)
-
-
-#: The columns that name a disaggregated split and a co-located option (one layout in both plans).
-SPLIT_KEYS = ("p_instances", "p_size", "p_tp", "d_instances", "d_size", "d_tp")
-AGG_KEYS = ("instances", "size", "tp")
 
 
 def calibration_moves(own: Plan, corpus: Plan) -> dict:

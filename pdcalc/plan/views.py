@@ -12,8 +12,8 @@ import pandas as pd
 
 from pdcalc.core.units import GiB
 from pdcalc.hardware.cards import get_card
-from pdcalc.plan.labels import (TABLE_NAMES, PDSplit, aggregated_card_plan, aggregated_label, card_plans, gib_parts,
-                                option_label)
+from pdcalc.plan.labels import (AGG_KEYS, SPLIT_KEYS, TABLE_NAMES, PDSplit, aggregated_card_plan, aggregated_label,
+                                card_plans, gib_parts, option_label)
 from pdcalc.plan.workload import AGG_CONSTRAINTS, AGG_STAGES, CONSTRAINTS, MODES, STAGES
 
 
@@ -106,12 +106,11 @@ class PlanViews:
                          output_tokens_per_s=float(row["output_tokens_per_s"]), concurrency=float(row["concurrency"]),
                          binding=str(row["binding"]), meets_targets=bool(row["feasible"]))
                 if mode == "disaggregated":
-                    o.update({k: int(row[k]) for k in ("p_instances", "p_size", "p_tp", "d_instances", "d_size",
-                                                       "d_tp")})
+                    o.update({k: int(row[k]) for k in SPLIT_KEYS})
                     o.update(prefill_load=float(row["prefill_load"]), transfer_s=float(row["transfer_s"]))
                     cards = ("P card", "D card")
                 else:
-                    o.update({k: int(row[k]) for k in ("instances", "size", "tp")})
+                    o.update({k: int(row[k]) for k in AGG_KEYS})
                     o.update(chunk_tokens=float(row["chunk_tokens"]), prefill_share=float(row["prefill_share"]),
                              prefill_load=float(row["prefill_load"]), decode_s=float(row["decode_s"]))
                     cards = ("co-located card",)

@@ -41,7 +41,7 @@ import pandas as pd
 
 from pdcalc.core.precision import round_sig
 from pdcalc.perf.scheduler import simulate
-from pdcalc.perf.served import ServedTables, ServedTerms, served_tables
+from pdcalc.perf.served import ServedTables, ServedTerms, role_dp, served_tables
 
 #: The design each run is simulated on: the decode kernel factor (runs that do not scale with it), the prefill
 #: factor relative to it and the host seconds per step relative to it.
@@ -211,8 +211,6 @@ def fit_grid() -> tuple[ServedTerms, ...]:
 def steps_together(spec) -> bool:
     """Whether ``spec``'s decode (co-located: serving) ranks step together, which the DP host factor applies to
     (the corpus's disaggregated runs have DP ranks on both sides)."""
-    from pdcalc.perf.served import role_dp
-
     return role_dp(spec, "decode") > 1
 
 
@@ -536,7 +534,7 @@ class OwnCalibration:
 
 
 def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label: str) -> OwnCalibration:
-    """Terms fitted on one measured run of ``spec`` that measured ``measured`` (metric -> value in SI units, of
+    """Terms fitted on one run of ``spec`` that measured ``measured`` (metric -> value in SI units, of
     :data:`METRICS`): the grid point of least weighted absolute log error, the distance from ``prior`` (the
     corpus's terms) weighted by :data:`PRIOR_WEIGHT` breaking ties, refined on the simulation itself. The DP host
     factor stays the corpus's: one run cannot tell it from the host time."""
