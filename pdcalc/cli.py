@@ -525,7 +525,7 @@ def cmd_predict(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from pdcalc.core.errors import ConfigError
-    from pdcalc.reality.calibration import calibration_file, calibrate_run, other_loads, result_metrics
+    from pdcalc.reality.own_run import calibration_file, calibrate_run, other_loads, result_metrics
     from pdcalc.reality.predict import class_of, stored_terms
     from pdcalc.reality.results import read_result
 

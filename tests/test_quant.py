@@ -115,6 +115,58 @@ def test_default_scheme_is_the_sourced_one_for_v4_only():
     assert default_scheme("deepseek-v3") == "w8a8" and default_scheme("deepseek-v4-flash-article") == "w8a8"
 
 
+# ---------------------------------------------------------------------------------------------
+# the Ascend V4-Pro W4A8 checkpoint as loaded (w4a8-msmodelslim)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,dtype", [
+    ("layers.2.ffn.experts.{expert}.w1.weight", "int4"), ("layers.2.ffn.experts.{expert}.w2.weight", "int4"),
+    ("mtp.0.ffn.experts.{expert}.w3.weight", "int4"),                   # recipe L84-90: *ffn* W4A8
+    ("layers.2.ffn.shared_experts.w1.weight", "int8"),                  # recipe L91-94: shared experts W8A8
+    ("layers.2.attn.wq_a.weight", "int8"), ("layers.2.attn.indexer.wq_b.weight", "int8"),
+    ("layers.2.attn.wo_a.weight", "bf16"), ("layers.2.attn.wo_b.weight", "bf16"),       # recipe L76-83 excludes
+    ("layers.2.attn.compressor.wkv.weight", "bf16"), ("layers.2.ffn.gate.weight", "bf16"),
+    ("embed.weight", "bf16"), ("layers.2.hc_attn_fn", "fp32"),
+])
+def test_w4a8_scheme_follows_the_v4_pro_recipe(name, dtype):
+    sch, inv = get_scheme("w4a8-msmodelslim"), get_inventory("deepseek-v4-pro")
+    t = next(t for t in inv.tensors if t.name == name)
+    assert sch.dtype_for(t) == dtype
+
+
+def test_w4a8_scheme_bytes_as_vllm_ascend_holds_them():
+    w4, w8 = get_scheme("w4a8-msmodelslim"), get_scheme("w8a8-msmodelslim")
+    inv = get_inventory("deepseek-v4-pro")
+    by = {t.name: t for t in inv.tensors}
+    for name in ("layers.2.ffn.experts.{expert}.w1.weight", "layers.2.ffn.experts.{expert}.w2.weight"):
+        t = by[name]             # two int4 per byte; per row an int64 scale, an fp32 offset and an fp32 scale bias
+        assert w4.tensor_bytes(t) == t.count * (t.numel / 2 + t.shape[0] * (8 + 4 + 4))
+    # everything but the routed experts is stored as the W8A8 recipe stores it
+    others = [t for t in inv.tensors if t.category != "routed_experts"]
+    assert sum(w4.tensor_bytes(t) for t in others) == sum(w8.tensor_bytes(t) for t in others)
+    assert w4.mtp_vocab_copies
+    routed = inv.params(category="routed_experts")
+    assert weight_bytes("deepseek-v4-pro", "w4a8-msmodelslim", category="routed_experts") < 0.51 * routed
+
+
+def test_w4a8_scheme_is_w8a8_with_int4_experts():
+    w4, w8 = get_scheme("w4a8"), get_scheme("w8a8")
+    inv = get_inventory("deepseek-v3")
+    for t in inv.tensors:
+        if t.category == "routed_experts":
+            assert w4.dtype_for(t) == "int4"
+            assert w4.tensor_bytes(t) == t.count * (t.numel / 2 + t.shape[0] * (8 + 4 + 4))
+        else:                    # MLA, shared experts and the dense layers' MLP stay W8A8
+            assert w4.tensor_bytes(t) == w8.tensor_bytes(t), t.name
+
+
+def test_a_v4_recipe_asked_of_another_model_falls_back_to_the_generic_scheme():
+    from pdcalc.model.quant import scheme_for
+
+    assert scheme_for("deepseek-v3", "w4a8-msmodelslim") == "w4a8"
+    assert scheme_for("deepseek-v3", "w8a8-msmodelslim") == "w8a8"
+    assert scheme_for("deepseek-v4-pro", "w4a8-msmodelslim") == "w4a8-msmodelslim"
+
+
 def test_load_buffers_follow_the_loader_and_grow_with_the_batched_tokens():
     from pdcalc.layout.memory import load_buffers
 

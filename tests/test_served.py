@@ -18,6 +18,7 @@ from pdcalc.layout.served import spec_from_dict
 from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTerms, chunk_s, served_tables
 from pdcalc.reality import calibration as cal
+from pdcalc.reality import own_run
 from pdcalc.reality.predict import load_calibration, predict
 from pdcalc.reality.served_runs import get
 
@@ -186,8 +187,10 @@ def refit():
 def test_stored_terms_are_the_refit(refit):
     runs, pts = refit
     stored = cal.stored()["terms"]
-    fresh = cal.corpus_fits(pts)
+    fresh, need = cal.corpus_fits(pts)
+    assert cal.stored()["fit"]["min_documents"] == need == cal.choose_min_sources(pts)
     assert set(stored) == set(fresh)
+    assert all(row["documents"] >= need for row in fresh.values())
     for key, row in fresh.items():
         for k in ("k_decode", "k_prefill", "host_ms", "dp_host_factor", "runs", "documents"):
             assert stored[key][k] == pytest.approx(row[k], rel=1e-5), (key, k)
@@ -199,11 +202,15 @@ def test_held_out_terms_leave_the_document_out(refit):
     runs, pts = refit
     held = cal.stored_held_out()
     by_id = {r.id: r for r in runs}
-    for src in sorted(held["source_id"].unique()):
+    sources = sorted(held["source_id"].unique())
+    for src in sources:
         train = [p for p in pts if p.source_id != src]
         rows = held[held["source_id"] == src]
         rid = rows.iloc[0]["id"]
-        terms, _, key = cal.fit(train, cal.term_class(by_id[rid]))
+        need = int(rows.iloc[0]["min_documents"])
+        if src in sources[:: max(1, len(sources) // 3)]:     # a sample: the choice is made inside the training set
+            assert need == cal.choose_min_sources(train), src
+        terms, _, key = cal.fit(train, cal.term_class(by_id[rid]), min_sources=need)
         assert rows.iloc[0]["pool"] == key
         assert (rows.iloc[0]["k_decode"], rows.iloc[0]["k_prefill"]) == pytest.approx(
             (terms.k_decode, terms.k_prefill), rel=1e-5)
@@ -216,6 +223,23 @@ def test_held_out_terms_leave_the_document_out(refit):
         got = {"output_tokens_per_s": sim.output_tokens_per_s, "tpot_s": sim.mean_tpot_s,
                "ttft_s": sim.mean_ttft_s}[row["metric"]]
         assert got == pytest.approx(row["predicted"], rel=1e-4)
+
+
+def test_the_documents_a_class_needs_are_chosen_out_of_sample(refit):
+    """The choice of how many documents a class needs is the one whose fits predict the training set's own
+    documents best, each left out in turn; it is one of the stated choices, and a class that has fewer documents
+    than the choice is fitted on its pool."""
+    runs, pts = refit
+    pools = cal._Pools(pts)
+    loss = {m: pools.inner_loss(frozenset(), m) for m in cal.MIN_SOURCES_CHOICES}
+    need = cal.choose_min_sources(pts)
+    assert need in cal.MIN_SOURCES_CHOICES and loss[need] == min(loss.values())
+    by_doc: dict = {}
+    for p in pts:
+        by_doc.setdefault(p.cls, set()).add(p.source_id)
+    thin = next(c for c, docs in sorted(by_doc.items()) if len(docs) < need)
+    _, _, key = cal.fit(pts, thin, min_sources=need)
+    assert key != "/".join(thin)
 
 
 def test_every_source_is_held_out_whole():
@@ -282,7 +306,7 @@ def test_calibration_recovers_known_terms():
     truth = ServedTerms(k_decode=2.0, k_prefill=3.0, host_s=0.006)
     r = simulate(served_tables(s), truth)
     measured = {"output_tokens_per_s": r.output_tokens_per_s, "tpot_s": r.mean_tpot_s, "ttft_s": r.mean_ttft_s}
-    c = cal.calibrate_run(s, measured, ServedTerms(), label="known")
+    c = own_run.calibrate_run(s, measured, ServedTerms(), label="known")
     for m, v in measured.items():
         assert c.after[m] == pytest.approx(v, rel=0.05), m
         assert abs(math.log(c.before[m] / v)) > abs(math.log(c.after[m] / v))

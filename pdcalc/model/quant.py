@@ -131,6 +131,40 @@ class Scheme:
         return (t.numel * dtype_bytes(self.dtype_for(t)) + scales + copies) * t.count
 
 
+#: The rules msModelSlim's DeepSeek-V4 recipes share beyond the routed experts, as vllm-ascend loads the result:
+#: attention linear layers and shared experts W8A8_DYNAMIC (int8, a BF16 scale and offset per row and an fp32
+#: copy of the scale), wo_a, wo_b, compressors, the indexer's weights_proj and the router left in floating
+#: point (the router with an fp32 copy of itself).
+_V4_MSMODELSLIM_REST = (
+    Rule(("linear", "linear_wo_a", "linear_bf16"), "int8", "channel", 3, names=("*attn*",),
+         exclude=("*wo_a", "*wo_b", "*compressor.wgate", "*compressor.wkv", "*indexer.weights_proj",
+                  "*indexer.compressor.wgate", "*indexer.compressor.wkv"),
+         scale_dtypes=("bf16", "bf16", "fp32"),
+         source="V4-Flash recipe L50-61, V4-Pro W4A8 recipe L72-83; w8a8_dynamic.py L72-82 (int8 weight, BF16 "
+                "weight_scale and weight_offset [out, 1]) and L161 (weight_scale_fp32)"),
+    Rule(("linear",), "int8", "channel", 3, names=("*ffn*",), exclude=("*gate",),
+         scale_dtypes=("bf16", "bf16", "fp32"),
+         source="shared experts: V4-Flash recipe L62-67, V4-Pro W4A8 recipe L91-94 (W8A8_DYNAMIC)"),
+    Rule(("router",), "bf16", copies=("fp32",),
+         source="recipes exclude *gate (FLOAT); ops/linear.py L94-96 weight_fp32 = weight.to(float32)"),
+    Rule(None, None, fallback="bf16",
+         note="FLOAT in quant_model_description.json: the reference dtype (fp32 mHC, sink, ape, router "
+              "bias; int32 hash table), BF16 otherwise",
+         source="vllm_ascend/quantization/modelslim_config.py L731-740, L776-806 (FLOAT layers unquantized)"),
+)
+
+#: Routed experts of msModelSlim's W4A8_DYNAMIC checkpoints (per channel) as vllm-ascend and SGLang's NPU backend
+#: hold them after loading: two int4 weights per byte, and per output row an int64 scale (the fp32 scale's bits
+#: widened), an fp32 offset and an fp32 scale bias (summed to one per row).
+_W4A8_EXPERTS = Rule(
+    ("expert",), "int4", "channel", 3, scale_dtypes=("int64", "fp32", "fp32"),
+    note="rotations and smoothing scales of the recipes are folded into the weights: no tensors of their own",
+    source="vllm-project/vllm-ascend@182b75ea vllm_ascend/quantization/methods/w4a8.py L52-105, L179-194 "
+           "(weight_offset and scale_bias fp32), L320-325 (weight_scale as int64), L412-420 (scale_bias summed "
+           "to [E, out]); sglang 0.5.15 srt/layers/quantization/modelslim/schemes/modelslim_w4a8_int8_moe.py "
+           "(the same parameters, per channel only) and srt/hardware_backend/npu/quantization/"
+           "fused_moe_method_npu.py NPUW4A8Int8DynamicMoEMethod (_process_scale, _update_bias)")
+
 _ALL_LINEAR = ("linear", "linear_wo_a", "linear_bf16", "expert")
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
@@ -200,6 +234,23 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
         ),
     ),
     Scheme(
+        name="w4a8",
+        description="Ascend W4A8 of DeepSeek-V3/R1 as msModelSlim writes it and vllm-ascend and SGLang load it: "
+                    "routed experts in int4 (W4A8_DYNAMIC, per channel), each row with an int64 scale, an fp32 "
+                    "offset and an fp32 scale bias; every other linear layer as in w8a8",
+        source="msModelSlim's DeepSeek-R1/V3 W4A8 mix (routed experts W4A8_DYNAMIC, MLA, shared experts and the "
+               "dense layers' MLP W8A8; MindIE-LLM docs/zh/user_guide/feature/w4a8_mixed_precision_quantization.md) "
+               "as loaded by vllm-ascend (vllm_ascend/quantization/methods/w4a8.py) and SGLang's NPU backend "
+               "(--quantization modelslim, ModelSlimW4A8Int8MoE)",
+        rules=(
+            _W4A8_EXPERTS,
+            Rule(("linear", "linear_wo_a"), "int8", "channel", 2, "fp32",
+                 note="as w8a8: per-channel scale + offset (fp32) per output row"),
+            Rule(("linear_bf16",), "bf16", note="assumed left in BF16 like the other gating projections"),
+            Rule(None, None, fallback="bf16"),
+        ),
+    ),
+    Scheme(
         name="w8a8-msmodelslim",
         description="DeepSeek-V4-Flash-w8a8-mtp as msModelSlim's V4-Flash recipe writes it and vllm-ascend loads it: "
                     "attention and FFN linear layers in int8 (W8A8_DYNAMIC) except wo_a, wo_b, the compressors, the "
@@ -221,20 +272,24 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
                         "params_dtype; no fp32 copy"),
             Rule(("expert",), "int8", "channel", 3, names=("*ffn*",), scale_dtypes=("bf16", "bf16", "fp32"),
                  source="w8a8_dynamic.py L214-221, L354: w13 scale and offset in BF16 plus w13_weight_scale_fp32"),
-            Rule(("linear", "linear_wo_a", "linear_bf16"), "int8", "channel", 3, names=("*attn*",),
-                 exclude=("*wo_a", "*wo_b", "*compressor.wgate", "*compressor.wkv", "*indexer.weights_proj",
-                          "*indexer.compressor.wgate", "*indexer.compressor.wkv"),
-                 scale_dtypes=("bf16", "bf16", "fp32"),
-                 source="recipe L50-61; w8a8_dynamic.py L72-82 (int8 weight, BF16 weight_scale and weight_offset "
-                        "[out, 1]) and L161 (weight_scale_fp32)"),
-            Rule(("linear",), "int8", "channel", 3, names=("*ffn*",), exclude=("*gate",),
-                 scale_dtypes=("bf16", "bf16", "fp32"), source="recipe L62-67 (shared experts)"),
-            Rule(("router",), "bf16", copies=("fp32",),
-                 source="recipe L67 (exclude *gate: FLOAT); ops/linear.py L94-96 weight_fp32 = weight.to(float32)"),
-            Rule(None, None, fallback="bf16",
-                 note="FLOAT in quant_model_description.json: the reference dtype (fp32 mHC, sink, ape, router "
-                      "bias; int32 hash table), BF16 otherwise",
-                 source="vllm_ascend/quantization/modelslim_config.py L731-740, L776-806 (FLOAT layers unquantized)"),
+            *_V4_MSMODELSLIM_REST,
+        ),
+        mtp_vocab_copies=True,
+    ),
+    Scheme(
+        name="w4a8-msmodelslim",
+        description="DeepSeek-V4-Pro-w4a8-mtp as msModelSlim's V4-Pro W4A8 recipe writes it and vllm-ascend loads it: "
+                    "routed experts in int4 (W4A8_DYNAMIC, per channel), each row with an int64 scale, an fp32 "
+                    "offset and an fp32 scale bias; attention linear layers and shared experts in int8 "
+                    "(W8A8_DYNAMIC) and the rest as in w8a8-msmodelslim, the MTP draft with its own BF16 "
+                    "embedding and head",
+        source="Ascend/msmodelslim@3de0a3c4 lab_practice/deepseek_v4/deepseek_v4_pro_w4a8.yaml L17-27 (int4 per-"
+               "channel weights, int8 per-token activations), L84-94 (*ffn* W4A8 except *gate and *shared_experts*; "
+               "shared experts W8A8), L72-83 (attention as the V4-Flash W8A8 recipe), L43-71 (rotation and smoothing, "
+               "folded into the weights); the experts as vllm-ascend loads them (w4a8.py, see the w4a8 scheme)",
+        rules=(
+            _W4A8_EXPERTS,
+            *_V4_MSMODELSLIM_REST,
         ),
         mtp_vocab_copies=True,
     ),
@@ -252,8 +307,11 @@ def default_scheme(model) -> str:
     return V4_ASCEND_W8A8 if cfg is not None and cfg.model_type == "deepseek_v4" else "w8a8"
 
 
+#: The scheme of the DeepSeek-V4-Pro W4A8 checkpoint (``DeepSeek-V4-Pro-w4a8-mtp``) as vllm-ascend loads it.
+V4_ASCEND_W4A8 = "w4a8-msmodelslim"
+
 #: How the chapters name a scheme in prose (default: the name in capitals).
-LABELS: dict[str, str] = {V4_ASCEND_W8A8: "W8A8 (msModelSlim)"}
+LABELS: dict[str, str] = {V4_ASCEND_W8A8: "W8A8 (msModelSlim)", V4_ASCEND_W4A8: "W4A8 (msModelSlim)"}
 
 
 def scheme_label(scheme: str) -> str:
@@ -281,17 +339,20 @@ def release_scheme(model) -> str:
 
 
 def scheme_for(model, scheme: str) -> str:
-    """``scheme``, unless it is DeepSeek-V4's checkpoint recipe (:data:`V4_ASCEND_W8A8`) asked of another
-    model, which then gets its own default (:func:`default_scheme`): the recipe's layer names and the
-    loader's copies are V4's."""
+    """``scheme``, unless it is one of DeepSeek-V4's checkpoint recipes asked of another model, which then gets
+    its own default (:func:`default_scheme`) for :data:`V4_ASCEND_W8A8` and the generic ``w4a8`` for
+    :data:`V4_ASCEND_W4A8`: the recipes' layer names and the loader's copies are V4's."""
+    v4 = (get_inventory(model).config is not None and get_inventory(model).config.model_type == "deepseek_v4")
     if scheme == V4_ASCEND_W8A8:
         return default_scheme(model)
+    if scheme == V4_ASCEND_W4A8 and not v4:
+        return "w4a8"
     return scheme
 
 
 def get_scheme(name: str | Scheme) -> Scheme:
-    """A scheme by name (``bf16``, ``fp16-all``, ``article-1byte``, ``fp8``, ``fp8-fp4``, ``w8a8``,
-    ``w8a8-msmodelslim``)."""
+    """A scheme by name (``bf16``, ``fp16-all``, ``article-1byte``, ``fp8``, ``fp8-fp4``, ``w8a8``, ``w4a8``,
+    ``w8a8-msmodelslim``, ``w4a8-msmodelslim``)."""
     if isinstance(name, Scheme):
         return name
     try:

@@ -23,7 +23,8 @@ from pdcalc.perf.traffic import (DEFAULT_KV_BYTES, card_weights_cached, kv_store
                                  weight_bytes_per_card)
 
 #: Card peak used for the linear layers of each quantization scheme: the dtype the matmuls run in
-#: (W8A8 multiplies int8 by int8; FP8 checkpoints run FP8 GEMMs; pdcalc.model.quant for the schemes).
+#: (W8A8 multiplies int8 by int8; Ascend's W4A8 multiplies int8 activations by int4 experts, counted at the int8
+#: peak; FP8 checkpoints run FP8 GEMMs; pdcalc.model.quant for the schemes).
 COMPUTE_DTYPE: dict[str, str] = {
     "bf16": "bf16",
     "fp16-all": "fp16",
@@ -31,6 +32,8 @@ COMPUTE_DTYPE: dict[str, str] = {
     "fp8-fp4": "fp8",
     "w8a8": "int8",
     "w8a8-msmodelslim": "int8",
+    "w4a8": "int8",
+    "w4a8-msmodelslim": "int8",
     "article-1byte": "int8",
 }
 

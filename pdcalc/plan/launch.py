@@ -27,7 +27,7 @@ from importlib import resources
 
 from pdcalc.layout.memory import activation_bytes
 from pdcalc.model.inventory import get_inventory
-from pdcalc.model.quant import V4_ASCEND_W8A8
+from pdcalc.model.quant import V4_ASCEND_W4A8, V4_ASCEND_W8A8
 from pdcalc.plan.roles import p_step_tokens, seq_kv_bytes
 from pdcalc.plan.workload import Setup, Workload
 
@@ -35,8 +35,8 @@ from pdcalc.plan.workload import Setup, Workload
 TUTORIAL = "v4-flash-910b-pd"
 #: The role of each side in the KV transfer (P produces, D consumes: the tutorials' ``kv_role``).
 KV_ROLES = {"P": "kv_producer", "D": "kv_consumer"}
-#: Checkpoint schemes that are msModelSlim's Ascend W8A8 and load with ``--quantization ascend``.
-ASCEND_SCHEMES = ("w8a8", V4_ASCEND_W8A8)
+#: Checkpoint schemes that are msModelSlim's and load with ``--quantization ascend``.
+ASCEND_SCHEMES = ("w8a8", "w4a8", V4_ASCEND_W8A8, V4_ASCEND_W4A8)
 #: Widest line of a printed command (the book shows it in a code cell output).
 WIDTH = 112
 

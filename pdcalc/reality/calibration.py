@@ -4,8 +4,10 @@ every error this module reports is out of sample, the run's whole source documen
 The terms (:class:`pdcalc.perf.served.ServedTerms`: kernel-time factors ``k_d`` for decode and ``k_p`` for
 prefill, a host time ``h`` per scheduler step, and the factor ``f`` on it where a role's DP ranks step together)
 belong to a *class* of runs: the card's vendor, the serving engine and the model family (:func:`term_class`). A
-class is fitted on its own runs where the training set holds at least :data:`MIN_SOURCES` documents of it, else on
-the first pool of :data:`POOLS` that does: pooled where data are thin.
+class is fitted on its own runs where the training set holds enough documents of it, else on the first pool of
+:data:`POOLS` that does: pooled where data are thin. How many documents are enough (:data:`MIN_SOURCES_CHOICES`)
+is itself chosen by leaving one source out within the training set (:func:`choose_min_sources`): a class fitted on
+two documents that disagree can predict a third worse than its wider pool.
 
 The fit compares what the client simulation (:func:`pdcalc.perf.scheduler.simulate`) reports with what each run
 measured: output tokens/s, mean TPOT and mean TTFT where printed. It minimises the absolute log error, each run
@@ -59,8 +61,9 @@ F_FIT = tuple(float(x) for x in np.round(np.geomspace(1.0, 8.0, 10), 4))
 H0 = 1e-4
 #: Weight of each metric in the fit.
 METRIC_WEIGHT = {"output_tokens_per_s": 1.0, "tpot_s": 1.0, "ttft_s": 0.25}
-#: Documents a class needs in a training set to be fitted on its own runs (else pooled).
-MIN_SOURCES = 2
+#: The choices of how many documents a class needs in a training set to be fitted on its own runs (else pooled):
+#: the one a training set takes is chosen by leaving one source out within it (:func:`choose_min_sources`).
+MIN_SOURCES_CHOICES = (2, 3, 4)
 #: Documents an error class needs for its own range (else pooled): a document's runs share their launch and
 #: their machine and err together, so a class's spread is that of its documents, not of its points.
 MIN_DOCUMENTS = 6
@@ -153,7 +156,8 @@ def spec_homogeneous(spec) -> bool:
     return not spec.disaggregated and (w.request_rate is None or w.request_rate == math.inf)
 
 
-def _report(t: ServedTables, terms: ServedTerms) -> tuple[float, float, float]:
+def client_report(t: ServedTables, terms: ServedTerms) -> tuple[float, float, float]:
+    """What the client reports for tables ``t`` at ``terms``: output tokens/s, mean TPOT and mean TTFT (s)."""
     r = simulate(t, terms)
     return r.output_tokens_per_s, r.mean_tpot_s, r.mean_ttft_s
 
@@ -171,7 +175,7 @@ def simulate_design(t: ServedTables, run_id: str, *, homogeneous: bool) -> list[
     for kd in (1.0,) if homogeneous else KD_DESIGN:
         for rp in RP_DESIGN:
             for rh in RH_DESIGN:
-                thr, tpot, ttft = _report(t, ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh))
+                thr, tpot, ttft = client_report(t, ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh))
                 rows.append({"id": run_id, "kd": kd, "rp": rp, "rh": rh,
                              **{m: round_sig(v, DIGITS) for m, v in zip(METRICS, (thr, tpot, ttft))}})
     return rows
@@ -281,25 +285,81 @@ def _objective(pts) -> np.ndarray:
     return total.ravel()
 
 
-def fit(pts, cls: tuple[str, str, str]) -> tuple[ServedTerms, str, str]:
-    """The terms of class ``cls`` fitted on ``pts``: on the first pool of :data:`POOLS` whose runs come from at
-    least :data:`MIN_SOURCES` documents; the pool's name and key."""
-    grid = fit_grid()
-    for name, fields in POOLS:
-        pool = [p for p in pts if all(p.cls[i] == cls[i] for i in fields)]
-        docs = len({p.source_id for p in pool})
-        if docs >= MIN_SOURCES:
-            g = grid[int(np.argmin(_objective(pool)))]
+class _Pools:
+    """The fits of the pools of ``pts`` with some documents left out, each computed once (the choice of
+    :data:`MIN_SOURCES_CHOICES` refits the same pools many times)."""
+
+    def __init__(self, pts):
+        self.pts = tuple(pts)
+        self._memo: dict = {}
+
+    def index(self, excluded: frozenset, cls: tuple[str, str, str], min_sources: int):
+        """The fit of class ``cls`` without the documents ``excluded``: on the first pool of :data:`POOLS` whose
+        runs come from at least ``min_sources`` documents. Its index in :func:`fit_grid` (None where no pool
+        qualifies), the pool's name and key, its runs and documents."""
+        for name, fields in POOLS:
             key = pool_key(cls, fields)
-            return (ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s,
-                                dp_host_factor=g.dp_host_factor,
-                                label=f"served corpus, pool {key}: {len(pool)} runs, {docs} documents"), name, key)
-    return ServedTerms(), "none", "none"
+            if (excluded, key) not in self._memo:
+                pool = [p for p in self.pts
+                        if p.source_id not in excluded and all(p.cls[i] == cls[i] for i in fields)]
+                docs = len({p.source_id for p in pool})
+                best = int(np.argmin(_objective(pool))) if docs >= min(MIN_SOURCES_CHOICES) else None
+                self._memo[excluded, key] = (best, len(pool), docs)
+            best, runs, docs = self._memo[excluded, key]
+            if docs >= min_sources:
+                return best, name, key, runs, docs
+        return None, "none", "none", 0, 0
+
+    def terms(self, excluded: frozenset, cls: tuple[str, str, str], min_sources: int) -> tuple[ServedTerms, str, str]:
+        best, name, key, runs, docs = self.index(excluded, cls, min_sources)
+        if best is None:
+            return ServedTerms(), "none", "none"
+        g = fit_grid()[best]
+        return (ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s,
+                            dp_host_factor=g.dp_host_factor,
+                            label=f"served corpus, pool {key}: {runs} runs, {docs} documents"), name, key)
+
+    def inner_loss(self, excluded: frozenset, min_sources: int) -> float:
+        """Leave one source out among the documents not ``excluded``: the fit's objective (:func:`_objective`,
+        each document weighing as one) of every document's runs at the terms fitted on the other documents."""
+        kept = [p for p in self.pts if p.source_id not in excluded]
+        n_src: dict = {}
+        for p in kept:
+            n_src[p.source_id] = n_src.get(p.source_id, 0) + 1
+        total = 0.0
+        for p in kept:
+            best = self.index(excluded | {p.source_id}, p.cls, min_sources)[0]
+            if best is None:
+                continue
+            for m, e in p.errors.items():
+                v = e.ravel()[best] if e.ndim == 2 else e[best // len(F_FIT)]
+                total += METRIC_WEIGHT[m] * abs(float(v)) / n_src[p.source_id]
+        return total
+
+    def min_sources(self, excluded: frozenset = frozenset()) -> int:
+        """The choice of :data:`MIN_SOURCES_CHOICES` with the least :meth:`inner_loss` (the smaller on a tie)."""
+        loss = {m: self.inner_loss(excluded, m) for m in MIN_SOURCES_CHOICES}
+        return min(MIN_SOURCES_CHOICES, key=lambda m: (loss[m], m))
 
 
-def corpus_fits(pts) -> dict[str, dict]:
-    """Every pool key the corpus can fit (at least :data:`MIN_SOURCES` documents), fitted on the whole corpus:
-    what a user's prediction looks up, most specific pool first."""
+def fit(pts, cls: tuple[str, str, str], *, min_sources: int) -> tuple[ServedTerms, str, str]:
+    """The terms of class ``cls`` fitted on ``pts``: on the first pool of :data:`POOLS` whose runs come from at
+    least ``min_sources`` documents; the pool's name and key."""
+    return _Pools(pts).terms(frozenset(), cls, min_sources)
+
+
+def choose_min_sources(pts) -> int:
+    """The documents a class of ``pts`` needs to be fitted on its own runs, of :data:`MIN_SOURCES_CHOICES`: the
+    choice whose fits predict best when each document of ``pts`` is left out in turn (the held-out table makes
+    this choice again inside every training set, so that it never sees the document it predicts)."""
+    return _Pools(pts).min_sources()
+
+
+def corpus_fits(pts) -> tuple[dict[str, dict], int]:
+    """Every pool key the corpus can fit (at least :func:`choose_min_sources` documents), fitted on the whole
+    corpus: what a user's prediction looks up, most specific pool first; and that number of documents."""
+    pools = _Pools(pts)
+    need = pools.min_sources()
     out = {}
     for cls in sorted({p.cls for p in pts} | _user_classes()):
         for name, fields in POOLS:
@@ -308,12 +368,12 @@ def corpus_fits(pts) -> dict[str, dict]:
                 continue
             pool = [p for p in pts if all(p.cls[i] == cls[i] for i in fields)]
             docs = len({p.source_id for p in pool})
-            if docs >= MIN_SOURCES:
+            if docs >= need:
                 g = fit_grid()[int(np.argmin(_objective(pool)))]
                 out[key] = {"pool": name, "k_decode": g.k_decode, "k_prefill": g.k_prefill, "host_ms":
                             round(g.host_s * 1e3, 6), "dp_host_factor": g.dp_host_factor, "runs": len(pool),
                             "documents": docs}
-    return out
+    return out, need
 
 
 def _user_classes() -> set:
@@ -330,22 +390,24 @@ def held_out_frame(runs, pts) -> pd.DataFrame:
     ``predicted``, ``log_error`` (``log(predicted / measured)``), ``before`` (the kernels alone), ``pool`` and
     the terms."""
     by_id = {r.id: r for r in runs}
+    pools = _Pools(pts)
     rows = []
     for src in sorted({p.source_id for p in pts}):
-        train = [p for p in pts if p.source_id != src]
+        left_out = frozenset({src})
+        need = pools.min_sources(left_out)
         for p in (q for q in pts if q.source_id == src):
             run = by_id[p.id]
-            terms, _, key = fit(train, p.cls)
+            terms, _, key = pools.terms(left_out, p.cls, need)
             t = tables_of(run)
-            pred = dict(zip(METRICS, _report(t, terms)))
-            base = dict(zip(METRICS, _report(t, ServedTerms())))
+            pred = dict(zip(METRICS, client_report(t, terms)))
+            base = dict(zip(METRICS, client_report(t, ServedTerms())))
             for metric, meas in p.observed.items():
                 rows.append({"id": p.id, "source_id": src, "vendor": p.cls[0], "engine": p.cls[1],
                              "model_family": p.cls[2], "metric": metric, "measured": meas,
                              "predicted": pred[metric], "log_error": math.log(pred[metric] / meas),
                              "before": base[metric], "pool": key, "k_decode": terms.k_decode,
                              "k_prefill": terms.k_prefill, "host_ms": terms.host_s * 1e3,
-                             "dp_host_factor": terms.dp_host_factor})
+                             "dp_host_factor": terms.dp_host_factor, "min_documents": need})
     return pd.DataFrame(rows)
 
 
@@ -488,7 +550,8 @@ def build(runs, design: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
                       "before_median_abs_err_pct": round(float(b["median_abs_err_pct"]), 1),
                       "before_p90_abs_err_pct": round(float(b["p90_abs_err_pct"]), 1),
                       "coverage_pct": round(100 * float(sel["covered"].mean()), 1)}
-    cal = {"terms": corpus_fits(pts), "errors": error_quantiles(df), "summary": summ}
+    terms, need = corpus_fits(pts)
+    cal = {"fit": {"min_documents": need}, "terms": terms, "errors": error_quantiles(df), "summary": summ}
     return df, cal
 
 
@@ -503,151 +566,20 @@ def calibration_toml(cal: dict) -> str:
 
     lines = ["# The served model's corpus fit: written by tools/calibrate_corpus.py from served_design.csv",
              "# (every predictable run of served.toml simulated on its design); do not edit by hand.",
+             "# [fit]: min_documents, the documents a class needs to be fitted on its own runs (chosen by leaving",
+             "# one source out; else its pool);",
              "# [terms.\"POOL\"]: the terms fitted on a pool of runs (k_decode, k_prefill: kernel-time factors;",
              "# host_ms: host milliseconds per scheduler step; dp_host_factor: its factor where DP ranks step together);",
              "# [errors.\"CLASS\"]: 10th and 90th percentile of",
              "# held-out log errors log(predicted / measured); [summary.\"GROUP\"]: held-out |error| (%) over",
              "# output tokens/s and TPOT, and the kernels alone (before_*)."]
+    lines += ["", "[fit]", *(f"{k} = {value(v)}" for k, v in cal["fit"].items())]
     for table in ("terms", "errors", "summary"):
         for key, row in cal[table].items():
             lines.append("")
             lines.append(f'[{table}."{key}"]')
             lines.extend(f"{k} = {value(v)}" for k, v in row.items())
     return "\n".join(lines) + "\n"
-
-
-# ------------------------------------------------------------------------------ a user's own run
-#: Weight of the corpus terms in a one-run calibration: a tie-breaker, so that what one run cannot tell apart
-#: (its prefill factor when it printed no TTFT, say) stays at the corpus's value.
-PRIOR_WEIGHT = 0.002
-
-
-@dataclass(frozen=True)
-class OwnCalibration:
-    """Terms fitted on one measured run, with what it measured and the predictions before and after."""
-
-    terms: ServedTerms
-    prior: ServedTerms
-    measured: dict
-    before: dict          # metric -> predicted at the corpus terms
-    after: dict           # metric -> predicted at the fitted terms
-
-
-def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label: str) -> OwnCalibration:
-    """Terms fitted on one run of ``spec`` that measured ``measured`` (metric -> value in SI units, of
-    :data:`METRICS`): the grid point of least weighted absolute log error, the distance from ``prior`` (the
-    corpus's terms) weighted by :data:`PRIOR_WEIGHT` breaking ties, refined on the simulation itself. The DP host
-    factor stays the corpus's: one run cannot tell it from the host time."""
-    t = served_tables(spec)
-    f = prior.dp_host_factor if steps_together(spec) else 1.0
-    rows = pd.DataFrame(simulate_design(t, label, homogeneous=spec_homogeneous(spec)))
-    s = surrogate(rows, f)
-    obj = sum(METRIC_WEIGHT[m] * np.abs(s[m] - math.log(v)) for m, v in measured.items())
-    kd = np.repeat(np.asarray(KD_FIT), len(RP_FIT) * len(RH_FIT))
-    rp = np.tile(np.repeat(np.asarray(RP_FIT), len(RH_FIT)), len(KD_FIT))
-    rh = np.tile(np.asarray(RH_FIT), len(KD_FIT) * len(RP_FIT))
-    p_rp, p_rh = prior.k_prefill / prior.k_decode, prior.host_s / prior.k_decode
-    obj = obj + PRIOR_WEIGHT * (np.abs(np.log(kd / prior.k_decode)) + np.abs(np.log(rp / p_rp))
-                                + np.abs(np.log((rh + H0) / (p_rh + H0))))
-    i = int(np.argmin(obj))
-    g_kd, g_rp, g_rh = float(kd[i]), float(rp[i]), float(rh[i])
-
-    def terms_at(kd_, rp_, rh_) -> ServedTerms:
-        return ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_, dp_host_factor=prior.dp_host_factor)
-
-    def loss(x) -> float:                       # x: log k_d, log k_p / k_d, log(h / k_d + H0)
-        kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
-        got = dict(zip(METRICS, _report(t, terms_at(kd_, rp_, rh_))))
-        return (sum(METRIC_WEIGHT[m] * abs(math.log(got[m] / v)) for m, v in measured.items())
-                + PRIOR_WEIGHT * (abs(x[0] - math.log(prior.k_decode)) + abs(x[1] - math.log(p_rp))
-                                  + abs(x[2] - math.log(p_rh + H0))))
-
-    x = [math.log(g_kd), math.log(g_rp), math.log(g_rh + H0)]
-    x = _pattern_search(loss, x, step=0.16, last=0.01)
-    kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
-    terms = ServedTerms(k_decode=round_sig(kd_, DIGITS), k_prefill=round_sig(kd_ * rp_, DIGITS),
-                        host_s=round_sig(kd_ * rh_ * 1e3, DIGITS) / 1e3, dp_host_factor=prior.dp_host_factor,
-                        label=f"calibrated on {label}")
-    before = dict(zip(METRICS, _report(t, prior)))
-    after = dict(zip(METRICS, _report(t, terms)))
-    return OwnCalibration(terms=terms, prior=prior, measured=dict(measured), before=before, after=after)
-
-
-def result_metrics(res, spec, source: str) -> dict[str, float]:
-    """What a client's result file measured (SI units, :data:`METRICS`), after checking that it is a run of
-    ``spec``'s workload: the same concurrency and number of prompts where both state them, and mean lengths
-    within :data:`LENGTH_TOLERANCE` of the spec's."""
-    from pdcalc.core.errors import ConfigError
-
-    w = spec.workload
-    if res.concurrency is not None and w.concurrency is not None and res.concurrency != w.concurrency:
-        raise ConfigError(source, "max_concurrency", f"{res.concurrency} in the result, {w.concurrency} in the spec's "
-                          "[workload] concurrency: give the spec of the run that wrote it")
-    if res.num_prompts is not None and w.num_prompts is not None and res.num_prompts != w.num_prompts:
-        raise ConfigError(source, "num_prompts", f"{res.num_prompts} in the result, {w.num_prompts} in the spec's "
-                          "[workload] num_prompts")
-    for got, want, what in ((res.mean_input_tokens, w.mean_prompt, "prompt"),
-                            (res.mean_output_tokens, w.mean_output, "output")):
-        if got is not None and abs(got / want - 1) > LENGTH_TOLERANCE:
-            raise ConfigError(source, f"mean {what} tokens", f"{got:,.0f} per request in the result, {want:,.0f} in "
-                              f"the spec ([workload] {what}, min_length_ratio)")
-    out = {}
-    if res.output_tokens_per_s is not None:
-        out["output_tokens_per_s"] = res.output_tokens_per_s
-    if res.mean_tpot_ms is not None:
-        out["tpot_s"] = res.mean_tpot_ms / 1e3
-    if res.mean_ttft_ms is not None:
-        out["ttft_s"] = res.mean_ttft_ms / 1e3
-    return {k: v for k, v in out.items() if v > 0}
-
-
-#: How far a result's mean lengths may be from its spec's (a client's random lengths, EOS before the cap).
-LENGTH_TOLERANCE = 0.25
-
-
-def calibration_file(c: OwnCalibration, *, spec_path: str, result_path: str) -> str:
-    """A calibration as ``pdcalc calibrate -o`` writes it (``pdcalc predict --calibration`` reads it)."""
-    def num(x: float) -> str:
-        return repr(round_sig(float(x), DIGITS))
-
-    lines = ["# Served terms fitted on one measured run (pdcalc calibrate).", "[terms]",
-             f"k_decode = {num(c.terms.k_decode)}", f"k_prefill = {num(c.terms.k_prefill)}",
-             f"host_ms = {num(c.terms.host_s * 1e3)}", f"dp_host_factor = {num(c.terms.dp_host_factor)}", "",
-             "[run]", f"id = {json_str(result_path)}", f"spec = {json_str(spec_path)}", "", "[prior]",
-             f"from = {json_str(c.prior.label)}", f"k_decode = {num(c.prior.k_decode)}",
-             f"k_prefill = {num(c.prior.k_prefill)}", f"host_ms = {num(c.prior.host_s * 1e3)}",
-             f"dp_host_factor = {num(c.prior.dp_host_factor)}", ""]
-    for title, d in (("measured", c.measured), ("predicted_before", c.before), ("predicted_after", c.after)):
-        lines.append(f"[{title}]")
-        lines.extend(f"{k} = {num(v)}" for k, v in d.items() if k in c.measured)
-        lines.append("")
-    return "\n".join(lines)
-
-
-def json_str(s: str) -> str:
-    """``s`` as a TOML basic string."""
-    import json
-
-    return json.dumps(str(s), ensure_ascii=False)
-
-
-def _pattern_search(f, x, *, step: float, last: float) -> list[float]:
-    """A compass search: move one coordinate by ``step`` while ``f`` falls, halving the step down to ``last``
-    (the one-run calibration refined on the simulation itself, from the grid's best point)."""
-    x, best = list(x), f(x)
-    while step >= last:
-        moved = False
-        for i in range(len(x)):
-            for d in (step, -step):
-                y = list(x)
-                y[i] += d
-                v = f(y)
-                if v < best - 1e-12:
-                    x, best, moved = y, v, True
-                    break
-        if not moved:
-            step /= 2
-    return x
 
 
 # ------------------------------------------------------------------------------ what the book shows
@@ -710,7 +642,10 @@ def key_numbers() -> dict:
     held = stored_held_out()
     s = stored()["summary"]
     out = {"served_range_pct": round(100 * (RANGE[1] - RANGE[0])), "served_q_lo": round(100 * RANGE[0]),
-           "served_q_hi": round(100 * RANGE[1]), "served_min_docs": MIN_DOCUMENTS, "served_runs": c["runs"], "served_docs": c["sources"], "served_ascend": c["ascend"],
+           "served_q_hi": round(100 * RANGE[1]), "served_min_docs": MIN_DOCUMENTS,
+           "served_class_docs": stored()["fit"]["min_documents"],
+           "served_class_choices": " or ".join(str(m) for m in MIN_SOURCES_CHOICES),
+           "served_runs": c["runs"], "served_docs": c["sources"], "served_ascend": c["ascend"],
            "served_910b": c["ascend_910b"], "served_v4": c["v4"], "served_engines": c["engines"],
            "served_predicted": int(held["id"].nunique()), "served_points": int(s["all"]["points"]),
            "served_held_docs": int(held["source_id"].nunique())}
@@ -720,30 +655,4 @@ def key_numbers() -> dict:
             for k in ("median_abs_err_pct", "p90_abs_err_pct", "coverage_pct", "before_median_abs_err_pct",
                       "before_p90_abs_err_pct"):
                 out[f"served_{k}{name}"] = s[key][k]
-    return out
-
-
-def other_loads(spec, prior: ServedTerms, terms: ServedTerms) -> list[dict]:
-    """How far ``terms`` move ``spec``'s predictions from ``prior``'s at a quarter, half, twice and four times its
-    load (concurrency, request rate, or prompts sent at once): one row per load, the moves in %."""
-    from dataclasses import replace
-
-    w = spec.workload
-    out = []
-    for f in (0.25, 0.5, 2.0, 4.0):
-        if w.concurrency:
-            c = max(1, round(w.concurrency * f))
-            work = replace(w, concurrency=c, num_prompts=max(c, round((w.num_prompts or 4 * w.concurrency) * f)))
-            load = f"concurrency {c:,}"
-        elif w.request_rate == math.inf:
-            n = max(1, round(w.num_prompts * f))
-            work = replace(w, num_prompts=n)
-            load = f"{n:,} prompts at once"
-        else:
-            work = replace(w, request_rate=w.request_rate * f)
-            load = f"{w.request_rate * f:.3g} requests/s"
-        t = served_tables(replace(spec, workload=work))
-        a, b = simulate(t, prior), simulate(t, terms)
-        out.append({"load": load, "output_moves_pct": 100 * (b.output_tokens_per_s / a.output_tokens_per_s - 1),
-                    "tpot_moves_pct": 100 * (b.mean_tpot_s / a.mean_tpot_s - 1)})
     return out
