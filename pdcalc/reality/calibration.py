@@ -644,7 +644,8 @@ def key_numbers() -> dict:
     out = {"served_range_pct": round(100 * (RANGE[1] - RANGE[0])), "served_q_lo": round(100 * RANGE[0]),
            "served_q_hi": round(100 * RANGE[1]), "served_min_docs": MIN_DOCUMENTS,
            "served_class_docs": stored()["fit"]["min_documents"],
-           "served_class_choices": " or ".join(str(m) for m in MIN_SOURCES_CHOICES),
+           "served_class_choices": ", ".join(str(m) for m in MIN_SOURCES_CHOICES[:-1])
+           + f" or {MIN_SOURCES_CHOICES[-1]}",
            "served_runs": c["runs"], "served_docs": c["sources"], "served_ascend": c["ascend"],
            "served_910b": c["ascend_910b"], "served_v4": c["v4"], "served_engines": c["engines"],
            "served_predicted": int(held["id"].nunique()), "served_points": int(s["all"]["points"]),
