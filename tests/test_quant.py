@@ -66,7 +66,8 @@ def test_msmodelslim_scheme_reproduces_the_published_description_counts():
     assert sch.mtp_vocab_copies
 
 
-@pytest.mark.parametrize("name,dtype", [
+#: Tensors of DeepSeek-V4-Flash and their dtype under msModelSlim's V4-Flash W8A8 recipe.
+V4_FLASH_W8A8_RECIPE = [
     ("layers.2.attn.wq_a.weight", "int8"), ("layers.2.attn.wq_b.weight", "int8"), ("layers.2.attn.wkv.weight", "int8"),
     ("layers.2.attn.indexer.wq_b.weight", "int8"), ("layers.2.ffn.shared_experts.w2.weight", "int8"),
     ("layers.2.ffn.experts.{expert}.w1.weight", "int8"), ("mtp.0.attn.wq_b.weight", "int8"),
@@ -74,9 +75,24 @@ def test_msmodelslim_scheme_reproduces_the_published_description_counts():
     ("layers.2.attn.compressor.wkv.weight", "bf16"), ("layers.2.attn.indexer.weights_proj.weight", "bf16"),
     ("layers.2.attn.indexer.compressor.wgate.weight", "bf16"), ("layers.2.ffn.gate.weight", "bf16"),
     ("mtp.0.e_proj.weight", "bf16"), ("embed.weight", "bf16"), ("layers.2.hc_attn_fn", "fp32"),
-])
-def test_msmodelslim_scheme_follows_the_recipe(name, dtype):
-    sch, inv = get_scheme("w8a8-msmodelslim"), get_inventory("deepseek-v4-flash")
+]
+#: Tensors of DeepSeek-V4-Pro and their dtype under msModelSlim's V4-Pro W4A8 recipe.
+V4_PRO_W4A8_RECIPE = [
+    ("layers.2.ffn.experts.{expert}.w1.weight", "int4"), ("layers.2.ffn.experts.{expert}.w2.weight", "int4"),
+    ("mtp.0.ffn.experts.{expert}.w3.weight", "int4"),                   # recipe L84-90: *ffn* W4A8
+    ("layers.2.ffn.shared_experts.w1.weight", "int8"),                  # recipe L91-94: shared experts W8A8
+    ("layers.2.attn.wq_a.weight", "int8"), ("layers.2.attn.indexer.wq_b.weight", "int8"),
+    ("layers.2.attn.wo_a.weight", "bf16"), ("layers.2.attn.wo_b.weight", "bf16"),       # recipe L76-83 excludes
+    ("layers.2.attn.compressor.wkv.weight", "bf16"), ("layers.2.ffn.gate.weight", "bf16"),
+    ("embed.weight", "bf16"), ("layers.2.hc_attn_fn", "fp32"),
+]
+
+
+@pytest.mark.parametrize("scheme,model,name,dtype",
+                         [("w8a8-msmodelslim", "deepseek-v4-flash", n, d) for n, d in V4_FLASH_W8A8_RECIPE]
+                         + [("w4a8-msmodelslim", "deepseek-v4-pro", n, d) for n, d in V4_PRO_W4A8_RECIPE])
+def test_msmodelslim_schemes_follow_their_recipes(scheme, model, name, dtype):
+    sch, inv = get_scheme(scheme), get_inventory(model)
     t = next(t for t in inv.tensors if t.name == name)
     assert sch.dtype_for(t) == dtype
 
@@ -118,21 +134,6 @@ def test_default_scheme_is_the_sourced_one_for_v4_only():
 # ---------------------------------------------------------------------------------------------
 # the Ascend V4-Pro W4A8 checkpoint as loaded (w4a8-msmodelslim)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,dtype", [
-    ("layers.2.ffn.experts.{expert}.w1.weight", "int4"), ("layers.2.ffn.experts.{expert}.w2.weight", "int4"),
-    ("mtp.0.ffn.experts.{expert}.w3.weight", "int4"),                   # recipe L84-90: *ffn* W4A8
-    ("layers.2.ffn.shared_experts.w1.weight", "int8"),                  # recipe L91-94: shared experts W8A8
-    ("layers.2.attn.wq_a.weight", "int8"), ("layers.2.attn.indexer.wq_b.weight", "int8"),
-    ("layers.2.attn.wo_a.weight", "bf16"), ("layers.2.attn.wo_b.weight", "bf16"),       # recipe L76-83 excludes
-    ("layers.2.attn.compressor.wkv.weight", "bf16"), ("layers.2.ffn.gate.weight", "bf16"),
-    ("embed.weight", "bf16"), ("layers.2.hc_attn_fn", "fp32"),
-])
-def test_w4a8_scheme_follows_the_v4_pro_recipe(name, dtype):
-    sch, inv = get_scheme("w4a8-msmodelslim"), get_inventory("deepseek-v4-pro")
-    t = next(t for t in inv.tensors if t.name == name)
-    assert sch.dtype_for(t) == dtype
-
-
 def test_w4a8_scheme_bytes_as_vllm_ascend_holds_them():
     w4, w8 = get_scheme("w4a8-msmodelslim"), get_scheme("w8a8-msmodelslim")
     inv = get_inventory("deepseek-v4-pro")
