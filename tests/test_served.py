@@ -225,21 +225,35 @@ def test_held_out_terms_leave_the_document_out(refit):
         assert got == pytest.approx(row["predicted"], rel=1e-4)
 
 
-def test_the_documents_a_class_needs_are_chosen_out_of_sample(refit):
-    """The choice of how many documents a class needs is the one whose fits predict the training set's own
-    documents best, each left out in turn; it is one of the stated choices, and a class that has fewer documents
-    than the choice is fitted on its pool."""
+def test_the_documents_a_class_needs_are_chosen_without_the_held_out_document(refit):
+    """Whatever a held-out document measured, the choice of how many documents a class needs and the terms its
+    runs are predicted with stay the same (its errors replaced by others that the whole corpus's choice does
+    see); the choice has the least inner loss of the choices, and a class with fewer documents than the choice
+    is fitted on its pool."""
+    from dataclasses import replace
+
     runs, pts = refit
-    pools = cal._Pools(pts)
-    loss = {m: pools.inner_loss(frozenset(), m) for m in cal.MIN_SOURCES_CHOICES}
-    need = cal.choose_min_sources(pts)
-    assert need in cal.MIN_SOURCES_CHOICES and loss[need] == min(loss.values())
+    src = sorted({p.source_id for p in pts})[0]
+    poisoned = [replace(p, errors={m: e + 5.0 for m, e in p.errors.items()}) if p.source_id == src else p
+                for p in pts]
+    clean, dirty = cal._Pools(pts), cal._Pools(poisoned)
+    left = frozenset({src})
+    need = clean.min_sources(left)
+    assert dirty.min_sources(left) == need
+    for p in (q for q in pts if q.source_id == src):
+        assert dirty.index(left, p.cls, need) == clean.index(left, p.cls, need)
+    assert dirty.inner_loss(frozenset(), need) != clean.inner_loss(frozenset(), need)   # the poison is seen
+    loss = {m: clean.inner_loss(frozenset(), m) for m in cal.MIN_SOURCES_CHOICES}
+    whole = cal.choose_min_sources(pts)
+    assert loss[whole] == min(loss.values())
     by_doc: dict = {}
     for p in pts:
         by_doc.setdefault(p.cls, set()).add(p.source_id)
-    thin = next(c for c, docs in sorted(by_doc.items()) if len(docs) < need)
-    _, _, key = cal.fit(pts, thin, min_sources=need)
+    thin = next(c for c, docs in sorted(by_doc.items()) if len(docs) < whole)
+    _, _, key = cal.fit(pts, thin, min_sources=whole)
     assert key != "/".join(thin)
+    with pytest.raises(ValueError, match="min_sources"):
+        cal.fit(pts, thin, min_sources=1)
 
 
 def test_every_source_is_held_out_whole():

@@ -159,7 +159,7 @@ _V4_MSMODELSLIM_REST = (
 _W4A8_EXPERTS = Rule(
     ("expert",), "int4", "channel", 3, scale_dtypes=("int64", "fp32", "fp32"),
     note="rotations and smoothing scales of the recipes are folded into the weights: no tensors of their own",
-    source="vllm-project/vllm-ascend@182b75ea vllm_ascend/quantization/methods/w4a8.py L52-105, L179-194 "
+    source="vllm-project/vllm-ascend@182b75ea vllm_ascend/quantization/methods/w4a8.py L52-106, L179-194 "
            "(weight_offset and scale_bias fp32), L320-325 (weight_scale as int64), L412-420 (scale_bias summed "
            "to [E, out]); sglang 0.5.15 srt/layers/quantization/modelslim/schemes/modelslim_w4a8_int8_moe.py "
            "(the same parameters, per channel only) and srt/hardware_backend/npu/quantization/"
@@ -300,15 +300,19 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 V4_ASCEND_W8A8 = "w8a8-msmodelslim"
 
 
+#: The scheme of the DeepSeek-V4-Pro W4A8 checkpoint (``DeepSeek-V4-Pro-w4a8-mtp``) as vllm-ascend loads it.
+V4_ASCEND_W4A8 = "w4a8-msmodelslim"
+
+
+def _is_v4(model) -> bool:
+    cfg = get_inventory(model).config
+    return cfg is not None and cfg.model_type == "deepseek_v4"
+
+
 def default_scheme(model) -> str:
     """The W8A8 scheme a model's Ascend checkpoint is modelled with: :data:`V4_ASCEND_W8A8` for DeepSeek-V4
     (its msModelSlim recipe is published), the generic ``w8a8`` (every linear layer int8) otherwise."""
-    cfg = get_inventory(model).config
-    return V4_ASCEND_W8A8 if cfg is not None and cfg.model_type == "deepseek_v4" else "w8a8"
-
-
-#: The scheme of the DeepSeek-V4-Pro W4A8 checkpoint (``DeepSeek-V4-Pro-w4a8-mtp``) as vllm-ascend loads it.
-V4_ASCEND_W4A8 = "w4a8-msmodelslim"
+    return V4_ASCEND_W8A8 if _is_v4(model) else "w8a8"
 
 #: How the chapters name a scheme in prose (default: the name in capitals).
 LABELS: dict[str, str] = {V4_ASCEND_W8A8: "W8A8 (msModelSlim)", V4_ASCEND_W4A8: "W4A8 (msModelSlim)"}
@@ -342,10 +346,9 @@ def scheme_for(model, scheme: str) -> str:
     """``scheme``, unless it is one of DeepSeek-V4's checkpoint recipes asked of another model, which then gets
     its own default (:func:`default_scheme`) for :data:`V4_ASCEND_W8A8` and the generic ``w4a8`` for
     :data:`V4_ASCEND_W4A8`: the recipes' layer names and the loader's copies are V4's."""
-    v4 = (get_inventory(model).config is not None and get_inventory(model).config.model_type == "deepseek_v4")
     if scheme == V4_ASCEND_W8A8:
         return default_scheme(model)
-    if scheme == V4_ASCEND_W4A8 and not v4:
+    if scheme == V4_ASCEND_W4A8 and not _is_v4(model):
         return "w4a8"
     return scheme
 

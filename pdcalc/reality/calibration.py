@@ -293,24 +293,32 @@ class _Pools:
         self.pts = tuple(pts)
         self._memo: dict = {}
 
+    def pool(self, excluded: frozenset, cls: tuple[str, str, str], fields: tuple[int, ...]) -> tuple:
+        """One pool of class ``cls`` (the fields of :data:`POOLS` it keeps) without the documents ``excluded``:
+        its best index in :func:`fit_grid` (None below :data:`MIN_SOURCES_CHOICES`' least), runs and documents."""
+        key = (excluded, pool_key(cls, fields))
+        if key not in self._memo:
+            pool = [p for p in self.pts
+                    if p.source_id not in excluded and all(p.cls[i] == cls[i] for i in fields)]
+            docs = len({p.source_id for p in pool})
+            best = int(np.argmin(_objective(pool))) if docs >= min(MIN_SOURCES_CHOICES) else None
+            self._memo[key] = (best, len(pool), docs)
+        return self._memo[key]
+
     def index(self, excluded: frozenset, cls: tuple[str, str, str], min_sources: int):
         """The fit of class ``cls`` without the documents ``excluded``: on the first pool of :data:`POOLS` whose
-        runs come from at least ``min_sources`` documents. Its index in :func:`fit_grid` (None where no pool
-        qualifies), the pool's name and key, its runs and documents."""
+        runs come from at least ``min_sources`` documents (one of :data:`MIN_SOURCES_CHOICES`). Its index in
+        :func:`fit_grid` (None where no pool qualifies), the pool's name and key, its runs and documents."""
+        if min_sources not in MIN_SOURCES_CHOICES:
+            raise ValueError(f"min_sources must be one of {MIN_SOURCES_CHOICES}, got {min_sources!r}")
         for name, fields in POOLS:
-            key = pool_key(cls, fields)
-            if (excluded, key) not in self._memo:
-                pool = [p for p in self.pts
-                        if p.source_id not in excluded and all(p.cls[i] == cls[i] for i in fields)]
-                docs = len({p.source_id for p in pool})
-                best = int(np.argmin(_objective(pool))) if docs >= min(MIN_SOURCES_CHOICES) else None
-                self._memo[excluded, key] = (best, len(pool), docs)
-            best, runs, docs = self._memo[excluded, key]
+            best, runs, docs = self.pool(excluded, cls, fields)
             if docs >= min_sources:
-                return best, name, key, runs, docs
+                return best, name, pool_key(cls, fields), runs, docs
         return None, "none", "none", 0, 0
 
     def terms(self, excluded: frozenset, cls: tuple[str, str, str], min_sources: int) -> tuple[ServedTerms, str, str]:
+        """:meth:`index` as terms (the kernels alone where no pool qualifies), with the pool's name and key."""
         best, name, key, runs, docs = self.index(excluded, cls, min_sources)
         if best is None:
             return ServedTerms(), "none", "none"
@@ -364,15 +372,13 @@ def corpus_fits(pts) -> tuple[dict[str, dict], int]:
     for cls in sorted({p.cls for p in pts} | _user_classes()):
         for name, fields in POOLS:
             key = pool_key(cls, fields)
-            if key in out:
+            best, runs, docs = pools.pool(frozenset(), cls, fields)
+            if key in out or docs < need:
                 continue
-            pool = [p for p in pts if all(p.cls[i] == cls[i] for i in fields)]
-            docs = len({p.source_id for p in pool})
-            if docs >= need:
-                g = fit_grid()[int(np.argmin(_objective(pool)))]
-                out[key] = {"pool": name, "k_decode": g.k_decode, "k_prefill": g.k_prefill, "host_ms":
-                            round(g.host_s * 1e3, 6), "dp_host_factor": g.dp_host_factor, "runs": len(pool),
-                            "documents": docs}
+            g = fit_grid()[best]
+            out[key] = {"pool": name, "k_decode": g.k_decode, "k_prefill": g.k_prefill, "host_ms":
+                        round(g.host_s * 1e3, 6), "dp_host_factor": g.dp_host_factor, "runs": runs,
+                        "documents": docs}
     return out, need
 
 
@@ -387,8 +393,9 @@ def _user_classes() -> set:
 def held_out_frame(runs, pts) -> pd.DataFrame:
     """Leave one source out: every run simulated at terms fitted without its document. One row per (run,
     metric): ``id``, ``source_id``, ``vendor``, ``engine``, ``model_family``, ``metric``, ``measured``,
-    ``predicted``, ``log_error`` (``log(predicted / measured)``), ``before`` (the kernels alone), ``pool`` and
-    the terms."""
+    ``predicted``, ``log_error`` (``log(predicted / measured)``), ``before`` (the kernels alone), ``pool``, the
+    terms and ``min_documents``, the documents a class needed in that training set (:func:`choose_min_sources`,
+    chosen without the document)."""
     by_id = {r.id: r for r in runs}
     pools = _Pools(pts)
     rows = []
@@ -525,8 +532,8 @@ def stored_held_out() -> pd.DataFrame:
 
 @cache
 def stored() -> dict:
-    """The stored corpus fit: ``terms`` per pool key, ``errors`` (held-out quantiles) per error class and the
-    held-out ``summary``."""
+    """The stored corpus fit: ``fit`` (``min_documents``, :func:`choose_min_sources` on the whole corpus), ``terms``
+    per pool key, ``errors`` (held-out quantiles) per error class and the held-out ``summary``."""
     import tomllib
 
     with _data_path(CALIBRATION_FILE).open("rb") as f:
@@ -656,4 +663,27 @@ def key_numbers() -> dict:
             for k in ("median_abs_err_pct", "p90_abs_err_pct", "coverage_pct", "before_median_abs_err_pct",
                       "before_p90_abs_err_pct"):
                 out[f"served_{k}{name}"] = s[key][k]
+    out.update(_v4_ascend_numbers(held))
+    return out
+
+
+def _signed_pct(log_errors) -> list[str]:
+    return [f"{100 * (math.exp(e) - 1):+.0f} %" for e in log_errors]
+
+
+def _v4_ascend_numbers(held: pd.DataFrame) -> dict:
+    """DeepSeek-V4 on Ascend, held out: the pools its documents were predicted with, and the errors of its
+    disaggregated and of its co-located runs (output tokens/s), as the validation chapter words them."""
+    from pdcalc.reality.served_runs import get
+
+    rows = held[(held["vendor"] == "ascend") & (held["model_family"] == "v4")
+                & (held["metric"] == "output_tokens_per_s")]
+    if rows.empty:
+        return {}
+    split = rows["id"].map(lambda i: get(i).spec.disaggregated)
+    out = {"served_v4_ascend_pools": ", ".join(sorted(rows["pool"].unique()))}
+    for name, sel in (("pd", rows[split]), ("colocated", rows[~split])):
+        if not sel.empty:
+            lo, hi = _signed_pct((sel["log_error"].min(), sel["log_error"].max()))
+            out[f"served_v4_ascend_{name}"] = lo if lo == hi else f"{lo} to {hi}"
     return out
