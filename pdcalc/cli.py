@@ -772,6 +772,9 @@ def main(argv: list[str] | None = None) -> int:
 
             card = getattr(args, "card", None)
             args.quant = default_scheme_on(args.model, card) if card is not None else default_scheme(args.model)
+        if getattr(args, "model", None) is not None and getattr(args, "quant", None):
+            from pdcalc.model.quant import refuse_v4_recipe
+            refuse_v4_recipe(args.model, args.quant, flag="--quant ")
         return args.func(args)
     except PdcalcError as exc:
         return _fail(exc)

@@ -445,3 +445,11 @@ def test_a_card_below_any_real_one_is_refused_by_chapter_reruns(write, tmp_path)
         assert_refused(run_cli("rerun", chapter, "-p", "card", path, "-o", str(tmp_path / "out")),
                        "parameter 'card'", path, "hbm_bandwidth_bytes_per_s")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("quant,alt", [("w8a8-msmodelslim", "w8a8"), ("w4a8-msmodelslim", "w4a8")])
+def test_a_v4_recipe_asked_of_another_model_is_refused(quant, alt):
+    """DeepSeek-V4's msModelSlim recipes name V4's layers: asked of DeepSeek-V3, the command names the flag and the
+    scheme that fits, in one line."""
+    assert_refused(run_cli("memory", V3, "--card", "ascend-910c-die", "--quant", quant, "--ep", "16"),
+                   f"--quant {quant}", f"--quant {alt}")

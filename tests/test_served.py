@@ -149,6 +149,11 @@ def test_lengths_drawn_as_sglang_draws_them():
     assert 0.3 < r.duration_s / fixed.duration_s < 0.7
 
 
+def test_a_v4_recipe_in_a_spec_of_another_model_is_refused():
+    with pytest.raises(ConfigError, match=r"quant.*w4a8-msmodelslim.*use w4a8"):
+        spec(card="ascend-910c-die", engine="vllm-ascend", quant="w4a8-msmodelslim")
+
+
 def test_min_length_ratio_is_checked():
     with pytest.raises(ConfigError, match=r"\[workload\] min_length_ratio"):
         spec(workload={"prompt": 10, "output": 10, "concurrency": 1, "min_length_ratio": 1.5})

@@ -353,6 +353,32 @@ def scheme_for(model, scheme: str) -> str:
     return scheme
 
 
+def v4_recipe_alternative(model, scheme: str) -> str | None:
+    """Where ``scheme`` is one of DeepSeek-V4's msModelSlim recipes and ``model`` is not a DeepSeek-V4 model, the
+    scheme that fits it (:func:`scheme_for`); None where ``scheme`` fits. The command line and the served spec
+    refuse such a pair: the recipes' layer names and the loader's copies are V4's."""
+    if scheme in (V4_ASCEND_W8A8, V4_ASCEND_W4A8) and not _is_v4(model):
+        return scheme_for(model, scheme)
+    return None
+
+
+def refuse_v4_recipe(model, scheme: str, *, flag: str = "") -> None:
+    """A one-line error where ``scheme`` is one of DeepSeek-V4's msModelSlim recipes asked of another model
+    (:func:`v4_recipe_alternative`), naming ``flag`` and the scheme that fits; a model that does not load is left to
+    its own message."""
+    from pdcalc.core.errors import OneLineError, PdcalcError
+
+    if scheme not in (V4_ASCEND_W8A8, V4_ASCEND_W4A8):
+        return
+    try:
+        alt = v4_recipe_alternative(model, scheme)
+    except PdcalcError:
+        return
+    if alt is not None:
+        raise OneLineError(f"{flag}{scheme} is DeepSeek-V4's msModelSlim recipe (V4's layer names); for {model} use "
+                           f"{flag}{alt}")
+
+
 def get_scheme(name: str | Scheme) -> Scheme:
     """A scheme by name (``bf16``, ``fp16-all``, ``article-1byte``, ``fp8``, ``fp8-fp4``, ``w8a8``, ``w4a8``,
     ``w8a8-msmodelslim``, ``w4a8-msmodelslim``)."""
