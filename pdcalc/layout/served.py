@@ -314,7 +314,7 @@ def _names(source: str, data: dict) -> dict:
     """The top-level names, checked to exist: model, card, quantization scheme, engine, KV format."""
     from pdcalc.hardware.cards import get_card
     from pdcalc.model.config import load_config
-    from pdcalc.model.quant import get_scheme, v4_recipe_alternative
+    from pdcalc.model.quant import get_scheme, refuse_v4_recipe
 
     out = {}
     for key in ("model", "card", "engine"):
@@ -341,10 +341,10 @@ def _names(source: str, data: dict) -> dict:
             get_scheme(out["quant"])
         except PdcalcError as exc:
             raise ConfigError(source, "quant", str(exc)) from None
-        alt = v4_recipe_alternative(out["model"], out["quant"])
-        if alt is not None:
-            raise ConfigError(source, "quant", f"{out['quant']} is DeepSeek-V4's msModelSlim recipe (V4's layer "
-                              f"names); for model {out['model']} use {alt}")
+        try:
+            refuse_v4_recipe(out["model"], out["quant"])
+        except PdcalcError as exc:
+            raise ConfigError(source, "quant", str(exc)) from None
     if data.get("kv_dtype") is not None:
         kv = _field(source, "")(checks.text, "kv_dtype", data["kv_dtype"])
         if kv not in KV_DTYPES:

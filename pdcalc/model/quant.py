@@ -165,6 +165,15 @@ _W4A8_EXPERTS = Rule(
            "(the same parameters, per channel only) and srt/hardware_backend/npu/quantization/"
            "fused_moe_method_npu.py NPUW4A8Int8DynamicMoEMethod (_process_scale, _update_bias)")
 
+#: Ascend W8A8 as vllm-ascend loads it (the ``w8a8`` scheme; ``w4a8`` puts its int4 experts before them).
+_W8A8_RULES = (
+    Rule(("linear", "linear_wo_a", "expert"), "int8", "channel", 2, "fp32",
+         note="per-channel scale + offset (fp32) per output row; static-W8A8 activation parameters "
+              "(a few values per layer) are not counted"),
+    Rule(("linear_bf16",), "bf16", note="assumed left in BF16 like the other gating projections"),
+    Rule(None, None, fallback="bf16"),
+)
+
 _ALL_LINEAR = ("linear", "linear_wo_a", "linear_bf16", "expert")
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
@@ -225,13 +234,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
         source="msModelSlim W8A8 / W8A8_DYNAMIC per-channel quantization as loaded by vllm-ascend "
                "(vllm_ascend/quantization: weight int8, weight_scale and weight_offset per output channel); "
                "the MTP layer is quantized too (checkpoint 'w8a8-mtp', vllm-ascend DeepSeek-V4-Flash tutorial)",
-        rules=(
-            Rule(("linear", "linear_wo_a", "expert"), "int8", "channel", 2, "fp32",
-                 note="per-channel scale + offset (fp32) per output row; static-W8A8 activation parameters "
-                      "(a few values per layer) are not counted"),
-            Rule(("linear_bf16",), "bf16", note="assumed left in BF16 like the other gating projections"),
-            Rule(None, None, fallback="bf16"),
-        ),
+        rules=_W8A8_RULES,
     ),
     Scheme(
         name="w4a8",
@@ -242,13 +245,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
                "dense layers' MLP W8A8; MindIE-LLM docs/zh/user_guide/feature/w4a8_mixed_precision_quantization.md) "
                "as loaded by vllm-ascend (vllm_ascend/quantization/methods/w4a8.py) and SGLang's NPU backend "
                "(--quantization modelslim, ModelSlimW4A8Int8MoE)",
-        rules=(
-            _W4A8_EXPERTS,
-            Rule(("linear", "linear_wo_a"), "int8", "channel", 2, "fp32",
-                 note="as w8a8: per-channel scale + offset (fp32) per output row"),
-            Rule(("linear_bf16",), "bf16", note="assumed left in BF16 like the other gating projections"),
-            Rule(None, None, fallback="bf16"),
-        ),
+        rules=(_W4A8_EXPERTS, *_W8A8_RULES),
     ),
     Scheme(
         name="w8a8-msmodelslim",
@@ -335,9 +332,9 @@ def default_scheme_on(model, card) -> str:
 def release_scheme(model) -> str:
     """The scheme of a model's official release: FP8 + MXFP4 for DeepSeek-V4, FP8 where the config's
     ``quantization_config`` says FP8, BF16 otherwise (``torch_dtype``)."""
-    cfg = get_inventory(model).config
-    if cfg is not None and cfg.model_type == "deepseek_v4":
+    if _is_v4(model):
         return "fp8-fp4"
+    cfg = get_inventory(model).config
     qc = (cfg.quantization_config if cfg is not None else None) or {}
     return "fp8" if qc.get("quant_method") == "fp8" or qc.get("fmt") == "e4m3" else "bf16"
 
