@@ -10,7 +10,10 @@ from pdcalc.core.errors import ConfigError
 from pdcalc.core.units import GiB, MiB
 from pdcalc.layout.memory import budget
 from pdcalc.layout.served import spec_from_dict
-from pdcalc.model.kv_sglang import SGLANG_SWA_RATIO, sglang_v4_pool
+from pdcalc.hardware.cards import get_card
+from pdcalc.model.config import load_config
+from pdcalc.model.kv_sglang import (SGLANG_SWA_RATIO, SGLANG_V4_PAGE, SWA_EVICTION_INTERVAL, sglang_v4_pool,
+                                    window_tokens_held)
 from pdcalc.perf.served import memory_share, served_tables
 
 #: SGLang's log prints GiB to two decimals ("available_bytes=118.93 GB"): half a unit either way.
@@ -87,20 +90,70 @@ def _spec(card="h200", serve=None, *, model="deepseek-v4-pro", engine="sglang", 
     return spec_from_dict(d, "test")
 
 
+def _sequences(s, name, *, locked):
+    """Requests the pool of role ``name`` holds, from the pool, the room and a window pool holding ``locked``
+    prompt tokens per request."""
+    tables = served_tables(s)
+    t = getattr(tables, "decode" if name == "serve" else name)
+    role = s.roles()[name]
+    room = budget(s.card, t.weights_bytes, **memory_share(s, name, role)).kv_bytes
+    ratio = role.swa_full_tokens_ratio or SGLANG_SWA_RATIO
+    pool = sglang_v4_pool(s.model, swa_ratio=ratio, speculative=s.mtp is not None, max_running_requests=256)
+    held = window_tokens_held(s.model, locked_prompt=locked, emitted=tables.emitted,
+                              page=SGLANG_V4_PAGE[get_card(s.card).family])
+    return t, pool, room, held
+
+
 def test_served_sglang_v4_sequences_come_from_the_pool():
     s = _spec(serve={"tp": 8, "memory_utilization": 0.88, "swa_full_tokens_ratio": 0.2}, mtp=1)
-    role = s.roles()["serve"]
-    t = served_tables(s).decode
-    room = budget(s.card, t.weights_bytes, **memory_share(s, "serve", role)).kv_bytes
-    pool = sglang_v4_pool(s.model, swa_ratio=0.2, speculative=True, max_running_requests=256)
+    t, pool, room, held = _sequences(s, "serve", locked=s.workload.mean_prompt)
     ctx = s.workload.mean_prompt + s.workload.mean_output
-    assert t.kv_seqs == pytest.approx(pool.tokens(room) / ctx, rel=1e-12)
+    assert t.kv_seqs == pytest.approx(min(pool.tokens(room) / ctx, 0.2 * pool.tokens(room) / held), rel=1e-12)
     # without the flag, SGLang's DeepSeek-V4 default; the same layout on vLLM keeps vLLM's own layout
-    d = served_tables(_spec(serve={"tp": 8, "memory_utilization": 0.88}, mtp=1)).decode
-    assert d.kv_seqs == pytest.approx(sglang_v4_pool(s.model, swa_ratio=SGLANG_SWA_RATIO, speculative=True,
-                                                     max_running_requests=256).tokens(room) / ctx, rel=1e-12)
+    d = _spec(serve={"tp": 8, "memory_utilization": 0.88}, mtp=1)
+    t, pool, room, held = _sequences(d, "serve", locked=d.workload.mean_prompt)
+    assert t.kv_seqs == pytest.approx(pool.requests(room, context=ctx, window_held=held), rel=1e-12)
     v = served_tables(_spec(serve={"tp": 8, "memory_utilization": 0.88}, engine="vllm", mtp=1)).decode
-    assert not math.isclose(v.kv_seqs, d.kv_seqs, rel_tol=0.01)
+    assert not math.isclose(v.kv_seqs, t.kv_seqs, rel_tol=0.01)
+
+
+def test_the_window_pool_bounds_the_requests():
+    pool = sglang_v4_pool("deepseek-v4-flash", swa_ratio=0.1, speculative=False, max_running_requests=64)
+    room = 40 * GiB
+    full = pool.tokens(room)
+    # short prompts: the full pool binds; long locked prompts: the window pool, a tenth of it, binds
+    assert pool.requests(room, context=2000, window_held=150) == pytest.approx(full / 2000, rel=1e-12)
+    assert pool.requests(room, context=9216, window_held=8512) == pytest.approx(0.1 * full / 8512, rel=1e-12)
+    # per request: the locked prompt, the larger of the window and the page, half of an eviction interval's tokens
+    window = load_config("deepseek-v4-flash").sliding_window
+    assert window < 256
+    assert window_tokens_held("deepseek-v4-flash", locked_prompt=8192, emitted=1.0, page=256) == \
+        8192 + 256 + SWA_EVICTION_INTERVAL / 2
+    assert window_tokens_held("deepseek-v4-flash", locked_prompt=0, emitted=3.0, page=64) == \
+        window + 3 * SWA_EVICTION_INTERVAL / 2
+
+
+def test_a_disaggregated_decode_locks_no_prompt():
+    """PD decode keeps only the window's tail of a prompt, so long prompts do not fill its window pool."""
+    s = _spec(prefill={"tp": 8}, decode={"tp": 8, "memory_utilization": 0.88})
+    t, pool, room, held = _sequences(s, "decode", locked=0.0)
+    ctx = s.workload.mean_prompt + s.workload.mean_output
+    assert t.kv_seqs == pytest.approx(pool.requests(room, context=ctx, window_held=held), rel=1e-12)
+    co = _spec(serve={"tp": 8, "memory_utilization": 0.88})
+    assert served_tables(co).decode.kv_seqs < 0.5 * t.kv_seqs
+
+
+@pytest.mark.parametrize("prompt, chunk, locked", [
+    (8192, 16384, 8192),             # one chunk: the whole prompt
+    (20000, 8192, 20000 - 2 * 8192),  # the last chunk
+    (16400, 8192, 16 + 8192),         # a last chunk shorter than the window: the one before it as well
+])
+def test_the_locked_prompt_is_the_last_chunk_inserted(prompt, chunk, locked):
+    s = _spec(serve={"tp": 8, "memory_utilization": 0.88, "max_num_batched_tokens": chunk},
+              workload={"prompt": prompt, "output": 1024, "concurrency": 256})
+    t, pool, room, held = _sequences(s, "serve", locked=locked)
+    ctx = s.workload.mean_prompt + s.workload.mean_output
+    assert t.kv_seqs == pytest.approx(pool.requests(room, context=ctx, window_held=held), rel=1e-12)
 
 
 def test_swa_ratio_is_sglangs_and_v4s_only():
@@ -180,3 +233,15 @@ def test_predict_says_what_an_sglang_v4_card_is_short_of(tmp_path):
     plain.write_text(path.read_text().replace('engine = "sglang"', 'engine = "vllm"'))
     other = run_cli("predict", plain)
     assert other.code == 0 and "request slots" not in other.out
+
+
+def test_without_the_radix_cache_no_prompt_is_locked():
+    s = _spec(serve={"tp": 8, "memory_utilization": 0.88, "radix_cache": False})
+    t, pool, room, held = _sequences(s, "serve", locked=0.0)
+    ctx = s.workload.mean_prompt + s.workload.mean_output
+    assert t.kv_seqs == pytest.approx(pool.requests(room, context=ctx, window_held=held), rel=1e-12)
+    assert t.kv_seqs > 2 * served_tables(_spec(serve={"tp": 8, "memory_utilization": 0.88})).decode.kv_seqs
+    with pytest.raises(ConfigError, match=r"\[serve\] radix_cache.*engine is 'vllm'"):
+        _spec(serve={"tp": 8, "radix_cache": False}, engine="vllm")
+    with pytest.raises(ConfigError, match=r"\[serve\] radix_cache.*true or false"):
+        _spec(serve={"tp": 8, "radix_cache": "false"})

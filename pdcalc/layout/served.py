@@ -26,6 +26,7 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     max_num_seqs = 60               # optional, per DP rank
     memory_utilization = 0.9        # optional: --gpu-memory-utilization (vLLM) / --mem-fraction-static (SGLang)
     swa_full_tokens_ratio = 0.1     # optional: SGLang's --swa-full-tokens-ratio (DeepSeek-V4's pool)
+    radix_cache = true              # optional: false for SGLang's --disable-radix-cache
 
     [mtp]                           # optional
     draft_tokens = 3
@@ -41,7 +42,8 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     temperature = 0.0               # optional: the client's sampling temperature (its default: 0, greedy)
 
 An SGLang role serving DeepSeek-V4 may give ``swa_full_tokens_ratio``: its launch's ``--swa-full-tokens-ratio``,
-which sizes the pool's sliding-window ring per token (:mod:`pdcalc.model.kv_sglang`).
+which sizes the pool's sliding-window ring per token (:mod:`pdcalc.model.kv_sglang`), and ``radix_cache = false``
+where it runs with ``--disable-radix-cache`` (its prefix cache then locks no prompt in that ring).
 A co-located SGLang role with DP attention may give ``prefill_delay_passes``: its launch's
 ``--enable-prefill-delayer`` and ``--prefill-delayer-max-delay-passes`` (:data:`SGLANG_PREFILL_DELAY_PASSES` where
 it gives none).
@@ -89,7 +91,7 @@ ROLES = ("serve", "prefill", "decode")
 
 _TOP = ("model", "card", "quant", "engine", "kv_dtype", "graph", *ROLES, "mtp", "workload")
 _ROLE = ("instances", "tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "memory_utilization",
-         "swa_full_tokens_ratio", "prefill_delay_passes")
+         "swa_full_tokens_ratio", "prefill_delay_passes", "radix_cache")
 #: SGLang's ``--prefill-delayer-max-delay-passes`` where a launch with ``--enable-prefill-delayer`` gives none
 #: (sgl-project/sglang python/sglang/srt/server_args.py: ``prefill_delayer_max_delay_passes: int = 30``).
 SGLANG_PREFILL_DELAY_PASSES = 30
@@ -113,6 +115,7 @@ class Role:
     memory_utilization: float | None = None    # share of the card the engine takes (None: pdcalc's default)
     swa_full_tokens_ratio: float | None = None  # SGLang's window pool per full token (None: the engine's default)
     prefill_delay_passes: int | None = None    # SGLang's prefill delayer: passes a rank's prompts wait at most
+    radix_cache: bool = True                   # SGLang's prefix cache (False: --disable-radix-cache)
 
     @property
     def cards_per_instance(self) -> int:
@@ -251,6 +254,8 @@ def _role(source: str, name: str, table) -> Role:
     if "prefill_delay_passes" in table:
         kw["prefill_delay_passes"] = check(checks.integer, "prefill_delay_passes", table["prefill_delay_passes"],
                                            low=1, high=MAX_PREFILL_DELAY_PASSES)
+    if "radix_cache" in table:
+        kw["radix_cache"] = check(checks.boolean, "radix_cache", table["radix_cache"])
     role = Role(**kw)
     if role.cards > MAX_CARDS:
         raise ConfigError(source, f"[{name}]", f"instances x tp x dp = {role.cards:,} cards; at most {MAX_CARDS:,}")
@@ -386,6 +391,9 @@ def _check_layout(source: str, spec: ServedSpec) -> None:
         if role.swa_full_tokens_ratio is not None and (spec.engine != "sglang" or not v4):
             raise ConfigError(source, f"[{name}] swa_full_tokens_ratio", "SGLang's --swa-full-tokens-ratio sizes "
                               f"its DeepSeek-V4 pool; this spec runs {spec.model} on {spec.engine!r}")
+        if not role.radix_cache and spec.engine != "sglang":
+            raise ConfigError(source, f"[{name}] radix_cache", "SGLang's --disable-radix-cache; engine is "
+                              f"{spec.engine!r}")
         if role.ep is not None and role.ep > cfg.n_routed_experts:
             raise ConfigError(source, f"[{name}] ep", f"{role.ep} exceeds the model's {cfg.n_routed_experts} routed "
                               f"experts: {role.ep - cfg.n_routed_experts} cards would hold no expert")

@@ -15,6 +15,19 @@ S4 and S4i the 4:1 states of the attention and the indexer (float32), w the slid
 state rings (longer under speculative decoding), r the launch's ``--swa-full-tokens-ratio``, m the requests a
 scheduler runs at most, and L, n4, n128 the main layers (SGLang's slice of ``compress_ratios`` for its pipeline
 stage), those compressed 4:1 and 128:1. A draft model's pool takes one layer's share, hence (L + 1) / L.
+
+The window pool holds r tokens per full token, and a co-located server with its radix cache (the default) keeps
+in it what a running request's prompt left in the tree: the prefix cache locks the window pool's slots of the
+last node it inserted (the prompt, or its last chunk under chunked prefill) until the request ends, and frees
+only what decode writes past it, a window or a page behind the front, every :data:`SWA_EVICTION_INTERVAL` steps
+(:data:`SOURCES` ``window-lock``, ``window-evict``). Per running request the window pool so holds, on average::
+
+    W = p + max(w, page) + v a / 2
+
+with p the locked part of the prompt, page the pool's page, v the eviction interval and a the tokens a step
+emits; the requests a server runs are at most ``r tokens / W`` beside ``tokens / (prompt + output)``
+(:meth:`SglangV4Pool.requests`). A disaggregated decode server keeps only the window's tail of a prompt
+(``disaggregation/decode.py``, ``_swa_tail_len``), so p = 0 there.
 """
 
 from __future__ import annotations
@@ -58,6 +71,28 @@ SOURCES = {
                   "overrides[\"swa_full_tokens_ratio\"] = 0.1' (the global default, 0.8, is replaced; "
                   "page_size = 256)"),
 }
+SOURCES.update({
+    "window-lock": (f"{_WHEEL}, sglang/srt/mem_cache/swa_radix_cache.py, SWARadixCache.inc_lock_ref: 'It locks "
+                    "the swa_lock_ref for nodes between the [last node, swa_uuid_for_lock], inclusive.' ... 'if "
+                    "swa_lock_size < self.sliding_window_size: ... swa_lock_size += len(node.value)' (a node is "
+                    "what cache_unfinished_req inserted: the prefilled prompt, or one chunk of it); "
+                    "managers/scheduler_components/batch_result_processor.py: 'elif not batch.decoding_reqs or req "
+                    "not in batch.decoding_reqs: maybe_cache_unfinished_req(req, self.tree_cache)' after a prompt's "
+                    "prefill; environ.py 'SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW = EnvBool(False)' (the "
+                    "lock is not released once decode passes the window); mem_cache/registry.py: the hybrid-window "
+                    "pool takes SWARadixCache unless the radix cache is disabled"),
+    "window-evict": (f"{_WHEEL}, sglang/srt/mem_cache/common.py, free_swa_out_of_window_slots: 'evict_floor = "
+                     "max(req.cache_protected_len, ...)' ... 'evict_threshold = pre_len - "
+                     "max(sliding_window_size, page_size)' ... 'new_swa_evicted_seqlen = (new_swa_evicted_seqlen // "
+                     "page_size) * page_size'; managers/schedule_batch.py, maybe_evict_swa: 'swa_maintenance_step = "
+                     "(self.forward_iter or 0) % eviction_interval == 0'; environ.py 'SGLANG_SWA_EVICTION_INTERVAL "
+                     "= EnvInt(128)'; arg_groups/overrides.py: 'page_size = 256' (128 when device == \"npu\")"),
+})
+#: Scheduler steps between two evictions of a window pool (:data:`SOURCES` ``window-evict``).
+SWA_EVICTION_INTERVAL = 128
+#: The pool's page for DeepSeek-V4, in tokens: on CUDA devices and on Ascend NPUs (:data:`SOURCES`
+#: ``window-evict``).
+SGLANG_V4_PAGE = {"nvidia": 256, "ascend": 128}
 #: ``--swa-full-tokens-ratio`` of a DeepSeek-V4 launch that gives none (:data:`SOURCES` ``swa-ratio``).
 SGLANG_SWA_RATIO = 0.1
 #: Bytes of one compressor-state value (float32).
@@ -84,6 +119,12 @@ class SglangV4Pool:
     def tokens(self, room_bytes: float) -> float:
         """Full tokens the pool holds in ``room_bytes`` of a card (before SGLang's page rounding)."""
         return max(room_bytes - self.fixed_bytes, 0.0) / self.bytes_per_token
+
+    def requests(self, room_bytes: float, *, context: float, window_held: float) -> float:
+        """Requests the pool holds at once in ``room_bytes``: ``context`` full tokens each, and ``window_held``
+        tokens each of the window pool (:func:`window_tokens_held`)."""
+        full = self.tokens(room_bytes)
+        return min(full / context, self.swa_ratio * full / window_held)
 
 
 def sglang_v4_pool(model: str | Path | ModelConfig, *, swa_ratio: float, speculative: bool,
@@ -118,3 +159,12 @@ def sglang_v4_pool(model: str | Path | ModelConfig, *, swa_ratio: float, specula
     fixed = rows * 2 * hd * STATE_VALUE_BYTES * n128 if n128 else 0
     return SglangV4Pool(swa_ratio=swa_ratio, speculative=speculative, max_running_requests=max_running_requests,
                         layers=layers, parts=parts, bytes_per_token=per_token, fixed_bytes=float(fixed))
+
+
+def window_tokens_held(model: str | Path | ModelConfig, *, locked_prompt: float, emitted: float, page: int) -> float:
+    """Tokens of SGLang's window pool one running request holds on average (module docstring, ``W``):
+    ``locked_prompt`` tokens of its prompt locked by the prefix cache (0 where nothing is locked), the
+    ``max(window, page)`` it keeps behind its front and half of what ``emitted`` tokens a step write between two
+    evictions."""
+    cfg = model_config(model)
+    return locked_prompt + max(cfg.sliding_window, page) + SWA_EVICTION_INTERVAL * emitted / 2

@@ -40,7 +40,8 @@ from pdcalc.layout.served import SERVING_ENGINES, Role, ServedSpec
 from pdcalc.model.config import load_config
 from pdcalc.model.kv_cache import kv_bytes
 from pdcalc.model.kv_layout import default_engine
-from pdcalc.model.kv_sglang import SGLANG_SWA_RATIO, SglangV4Pool, sglang_v4_pool
+from pdcalc.model.kv_sglang import (SGLANG_SWA_RATIO, SGLANG_V4_PAGE, SglangV4Pool, sglang_v4_pool,
+                                    window_tokens_held)
 from pdcalc.model.quant import default_scheme_on
 from pdcalc.perf.engine_limits import engine_limits, sglang_mem_fraction
 from pdcalc.perf.speculative import accepted_tokens, dataset_acceptance
@@ -134,6 +135,7 @@ class RoleTables:
     budget: int                    # tokens per step per rank
     max_batch: float               # sequences a rank may decode: max_num_seqs and its KV room
     kv_seqs: float                 # sequences the KV room holds per rank
+    cap: str                       # what sets max_batch: the running-request cap, the KV cache or SGLang's window pool
     fits: bool                     # weights and overhead fit under the utilisation cap
     short_bytes: float             # by how much a card is short when it does not fit
     weights_bytes: float
@@ -189,8 +191,10 @@ def memory_share(spec: ServedSpec, name: str, role: Role) -> dict:
             "overhead_bytes": 0.0 if spec.engine in FRACTION_ENGINES else OVERHEAD_BYTES}
 
 
-def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str) -> tuple[float, float, bool, float]:
-    """Weights per card, KV sequences per rank, whether it fits, and by how much it is short."""
+def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str,
+            emitted: float = 1.0) -> tuple[float, float, bool, float, str]:
+    """Weights per card, KV sequences per rank, whether it fits, by how much it is short, and which pool bounds
+    the sequences (``emitted``: tokens a decode step writes per sequence)."""
     c = get_card(spec.card)
     mtp = spec.mtp is not None
     if role.ep:
@@ -202,10 +206,27 @@ def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str) ->
     ctx = spec.workload.mean_prompt + spec.workload.mean_output
     pool = sglang_pool(spec, role)
     if pool is not None:                 # the pool's request slots come first (SGLang: "Not enough memory")
-        return w, pool.tokens(room) / ctx, room > pool.fixed_bytes, max(0.0, pool.fixed_bytes - room)
+        held = window_tokens_held(spec.model, locked_prompt=_locked_prompt(spec, name, role), emitted=emitted,
+                                  page=SGLANG_V4_PAGE[c.family])
+        seqs = pool.requests(room, context=ctx, window_held=held)
+        what = "KV cache" if seqs >= pool.tokens(room) / ctx else "SGLang's window pool"
+        return w, seqs, room > pool.fixed_bytes, max(0.0, pool.fixed_bytes - room), what
     kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto") else None
     seq = kv_bytes(spec.model, round(ctx), engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
-    return w, max(room, 0.0) / seq, room > 0, max(0.0, -room)
+    return w, max(room, 0.0) / seq, room > 0, max(0.0, -room), "KV cache"
+
+
+def _locked_prompt(spec: ServedSpec, name: str, role: Role) -> float:
+    """Tokens of a running request's prompt SGLang's radix cache locks in the window pool
+    (:mod:`pdcalc.model.kv_sglang`): the last node it inserted, the mean prompt or its last chunk (with the one
+    before where that is shorter than the window), on a co-located server; none on a disaggregated one, whose
+    decode keeps only the window's tail and whose prefill lets the request go, nor without the radix cache."""
+    if name != "serve" or not role.radix_cache:
+        return 0.0
+    P = spec.workload.mean_prompt
+    chunk = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET).budget
+    last = P - chunk * math.floor((P - 1) / chunk) if P > chunk else P
+    return last + chunk if P > chunk and last < load_config(spec.model).sliding_window else last
 
 
 def sizes_sglang_v4_pool(spec: ServedSpec) -> bool:
@@ -230,10 +251,12 @@ def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine:
     w = spec.workload
     kw = dict(tp=role.tp, dp=role.dp, ep=role.ep, quant=quant, costs="published", graph=spec.graph,
               **_kv_kwargs(spec, engine))
-    weights, kv_seqs, fits, short = _memory(spec, name, role, quant, engine)
+    emitted = 1.0 + accepted_tokens(mtp_steps, acceptance) if mtp_steps else 1.0
+    weights, kv_seqs, fits, short, kv_bound = _memory(spec, name, role, quant, engine, emitted)
     lim = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET)
     room = max(kv_seqs, 1.0)
     max_batch = float(room if lim.max_seqs is None else min(lim.max_seqs, room))
+    cap = "running-request cap" if lim.max_seqs is not None and lim.max_seqs <= room else kv_bound
     batch = np.unique(np.round(np.geomspace(1, max(max_batch, 1.0), BATCH_GRID), 3))
     P = w.mean_prompt
     dec = step(spec.model, spec.card, context=round(P + w.mean_output / 2), concurrency=batch * role.dp, phase="decode",
@@ -247,7 +270,7 @@ def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine:
     prompt_s = float(np.interp(P, chunks, chunk_s)) if P <= budget else P / budget * at_budget
     return RoleTables(name=name, ranks=role.instances * role.dp, dp=role.dp, batch=batch, decode_s=np.asarray(dec.time_s),
                       chunk_tokens=chunks, chunk_s=chunk_s, token_s=at_budget / budget, prompt_s=prompt_s,
-                      budget=int(budget), max_batch=max_batch, kv_seqs=kv_seqs, fits=fits, short_bytes=short,
+                      budget=int(budget), max_batch=max_batch, kv_seqs=kv_seqs, cap=cap, fits=fits, short_bytes=short,
                       weights_bytes=weights)
 
 
@@ -371,7 +394,7 @@ def _waves(t: ServedTables, kd, kp, h) -> SteadyState:
     waves = max(c_all / c, 1.0)                                  # requests beyond the cap wait whole waves
     out = d.ranks * c * O / cycle
     ttft = burst / 2 + s_d + (waves - 1) * cycle
-    binds = np.full(kd.shape, "decode batch cap" if c_all > d.max_batch else "closed-loop concurrency")
+    binds = np.full(kd.shape, f"decode batch ({d.cap})" if c_all > d.max_batch else "closed-loop concurrency")
     return SteadyState(output_tokens_per_s=out, tpot_s=s_d / a, ttft_s=ttft, requests_per_s=out / O,
                        batch=np.full_like(kd, c), prefill_load=burst / cycle, binds=binds)
 
@@ -439,7 +462,7 @@ def steady_state(t: ServedTables, terms) -> SteadyState:
     rate_bound = w.request_rate is not None and w.request_rate != math.inf
     other = np.where(rate_bound & (lam >= 0.999 * float(w.request_rate or 0)), "request rate",
                      "closed-loop concurrency" if w.concurrency is not None else "request rate")
-    capped = np.where(b >= 0.999 * d.max_batch, "decode batch cap", "prefill capacity")
+    capped = np.where(b >= 0.999 * d.max_batch, f"decode batch ({d.cap})", "prefill capacity")
     binds = np.where(lam >= 0.999 * lam_cap, capped, other)
     return SteadyState(output_tokens_per_s=lam * O, tpot_s=tp_s, ttft_s=tt_s, requests_per_s=lam, batch=b,
                        prefill_load=load, binds=binds)
