@@ -209,11 +209,15 @@ def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str,
         held = window_tokens_held(spec.model, locked_prompt=_locked_prompt(spec, name, role), emitted=emitted,
                                   page=SGLANG_V4_PAGE[c.family])
         seqs = pool.requests(room, context=ctx, window_held=held)
-        what = "KV cache" if seqs >= pool.tokens(room) / ctx else "SGLang's window pool"
+        what = "KV cache" if seqs >= pool.tokens(room) / ctx else WINDOW_POOL
         return w, seqs, room > pool.fixed_bytes, max(0.0, pool.fixed_bytes - room), what
     kv_dtype = spec.kv_dtype if spec.kv_dtype not in (None, "auto") else None
     seq = kv_bytes(spec.model, round(ctx), engine, include_mtp=mtp, kv_cache_dtype=kv_dtype).total_bytes
     return w, max(room, 0.0) / seq, room > 0, max(0.0, -room), "KV cache"
+
+
+#: What caps a role's decode batch where SGLang's DeepSeek-V4 window pool holds fewer requests than its full pool.
+WINDOW_POOL = "SGLang's window pool"
 
 
 def _locked_prompt(spec: ServedSpec, name: str, role: Role) -> float:

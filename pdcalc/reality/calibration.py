@@ -664,6 +664,7 @@ def key_numbers() -> dict:
                       "before_p90_abs_err_pct"):
                 out[f"served_{k}{name}"] = s[key][k]
     out.update(_v4_ascend_numbers(held))
+    out.update(_window_pool_numbers(held))
     return out
 
 
@@ -687,3 +688,21 @@ def _v4_ascend_numbers(held: pd.DataFrame) -> dict:
             lo, hi = _signed_pct((sel["log_error"].min(), sel["log_error"].max()))
             out[f"served_v4_ascend_{name}"] = lo if lo == hi else f"{lo} to {hi}"
     return out
+
+
+def _window_pool_numbers(held: pd.DataFrame) -> dict:
+    """SGLang's DeepSeek-V4-Pro on the H200, held out: the requests its window pool lets run at once (the decode
+    batch cap of runs it bounds) and the errors of their output tokens/s, as the validation chapter words them."""
+    from pdcalc.perf.served import WINDOW_POOL
+    from pdcalc.reality.served_runs import get
+
+    rows = held[(held["engine"] == "sglang") & (held["metric"] == "output_tokens_per_s")]
+    rows = rows[rows["id"].map(lambda i: (get(i).spec.model, get(i).spec.card) == ("deepseek-v4-pro", "h200"))]
+    caps = [(t.decode.max_batch * t.decode.ranks) for t in (tables_of(get(i)) for i in rows["id"])
+            if t.decode.cap == WINDOW_POOL]
+    if not caps:
+        return {}
+    lo, hi = _signed_pct((rows["log_error"].min(), rows["log_error"].max()))
+    return {"served_window_runs": len(rows), "served_window_bound": len(caps),
+            "served_window_running": f"{math.floor(min(caps))} to {math.floor(max(caps))}",
+            "served_window_errors": f"{lo} to {hi}"}
