@@ -665,6 +665,7 @@ def key_numbers() -> dict:
                 out[f"served_{k}{name}"] = s[key][k]
     out.update(_v4_ascend_numbers(held))
     out.update(_window_pool_numbers(held))
+    out.update(_low_latency_numbers(held))
     return out
 
 
@@ -706,3 +707,36 @@ def _window_pool_numbers(held: pd.DataFrame) -> dict:
     return {"served_window_runs": len(rows), "served_window_bound": len(caps),
             "served_window_running": f"{math.floor(min(caps))} to {math.floor(max(caps))}",
             "served_window_errors": f"{lo} to {hi}"}
+
+
+#: The SGLang cookbook's DeepSeek-V4 benchmark table (a document of the served corpus).
+SGLANG_V4_COOKBOOK = "sgl-project/sglang:docs_new/src/snippets/configs/deepseek-ai/deepseek-v4-benchmarks.jsx"
+
+
+def _low_latency_numbers(held: pd.DataFrame) -> dict:
+    """The SGLang cookbook's DeepSeek-V4 runs of 16 concurrent requests, held out: their TPOT errors, the TPOT the
+    same simulation gives with prefill costing nothing over the measured one (median), and the measured TTFT at
+    16 concurrent requests over that at one of the same cell (median), as the validation chapter words them."""
+    from dataclasses import replace
+
+    from pdcalc.reality.served_runs import get, load
+
+    cells = {replace(r.spec, workload=None): r for r in load()
+             if r.source_id == SGLANG_V4_COOKBOOK and r.spec is not None and r.spec.workload.concurrency == 1}
+    rows = held[(held["source_id"] == SGLANG_V4_COOKBOOK) & (held["metric"] == "tpot_s")]
+    rows = rows[rows["id"].map(lambda i: get(i).spec.workload.concurrency == 16)]
+    if rows.empty:
+        return {}
+    free, ttft = [], []
+    for r in rows.itertuples():
+        run = get(r.id)
+        terms = ServedTerms(k_decode=r.k_decode, k_prefill=0.0, host_s=r.host_ms / 1e3,
+                            dp_host_factor=r.dp_host_factor)
+        free.append(simulate(tables_of(run), terms).mean_tpot_s / r.measured)
+        one = cells.get(replace(run.spec, workload=None))
+        if one is not None:
+            ttft.append(observed(run)["ttft_s"] / observed(one)["ttft_s"])
+    lo, hi = _signed_pct((rows["log_error"].min(), rows["log_error"].max()))
+    return {"served_ll16_tpot": f"{lo} to {hi}", "served_ll16_runs": len(rows),
+            "served_ll16_noprefill": f"{100 * float(np.median(free)):.0f} %",
+            "served_ll_ttft_ratio": f"{float(np.median(ttft)):.1f}" if ttft else "not measured"}

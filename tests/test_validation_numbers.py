@@ -1,0 +1,52 @@
+"""What the validation chapter states about SGLang's DeepSeek-V4 runs, recomputed from the held-out table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pdcalc.perf.scheduler import simulate
+from pdcalc.perf.served import WINDOW_POOL, ServedTerms
+from pdcalc.reality import calibration as cal
+from pdcalc.reality.served_runs import get
+
+
+def _held():
+    return cal.stored_held_out()
+
+
+def test_the_window_pool_caps_every_v4_pro_run_on_the_h200():
+    held = _held()
+    k = cal._window_pool_numbers(held)
+    rows = held[(held["engine"] == "sglang") & (held["metric"] == "output_tokens_per_s")]
+    rows = rows[rows["id"].map(lambda i: (get(i).spec.model, get(i).spec.card) == ("deepseek-v4-pro", "h200"))]
+    assert k["served_window_runs"] == len(rows) > 0
+    caps = []
+    for i in rows["id"]:
+        t = cal.tables_of(get(i))
+        assert t.decode.cap == WINDOW_POOL
+        caps.append(math.floor(t.decode.max_batch * t.decode.ranks))
+    assert k["served_window_running"] == f"{min(caps)} to {max(caps)}"
+    lo, hi = (100 * (math.exp(e) - 1) for e in (rows["log_error"].min(), rows["log_error"].max()))
+    assert k["served_window_errors"] == f"{lo:+.0f} % to {hi:+.0f} %"
+
+
+def test_free_prefill_shortens_the_low_latency_tpot():
+    """The chapter's claim that prefill, not the decode step, makes these TPOTs long: with the prefill factor at
+    zero the simulated TPOT of every run falls, and its median over the measured one is what is glued."""
+    held = _held()
+    k = cal._low_latency_numbers(held)
+    rows = held[(held["source_id"] == cal.SGLANG_V4_COOKBOOK) & (held["metric"] == "tpot_s")]
+    rows = rows[rows["id"].map(lambda i: get(i).spec.workload.concurrency == 16)]
+    assert k["served_ll16_runs"] == len(rows) > 0
+    free = []
+    for r in rows.itertuples():
+        t = cal.tables_of(get(r.id))
+        base = dict(k_decode=r.k_decode, host_s=r.host_ms / 1e3, dp_host_factor=r.dp_host_factor)
+        with_prefill = simulate(t, ServedTerms(k_prefill=r.k_prefill, **base)).mean_tpot_s
+        without = simulate(t, ServedTerms(k_prefill=0.0, **base)).mean_tpot_s
+        assert without < with_prefill
+        assert abs(math.log(with_prefill / r.predicted)) < 0.01       # the held-out prediction, re-simulated
+        free.append(without / r.measured)
+    assert k["served_ll16_noprefill"] == f"{100 * float(np.median(free)):.0f} %"
