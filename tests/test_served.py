@@ -14,7 +14,7 @@ import pytest
 
 from cli_harness import run_cli
 from pdcalc.core.errors import ConfigError
-from pdcalc.layout.served import spec_from_dict
+from pdcalc.layout.served import client_lengths, spec_from_dict
 from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTerms, chunk_s, served_tables
 from pdcalc.reality import calibration as cal
@@ -147,6 +147,45 @@ def test_lengths_drawn_as_sglang_draws_them():
     fixed = simulate(served_tables(spec(workload={**w, "min_length_ratio": 1.0})), TERMS)
     # half the tokens per request: the run is shorter and emits about half the tokens
     assert 0.3 < r.duration_s / fixed.duration_s < 0.7
+    # every request is one the client drew, in the order it sent them: the tokens emitted are theirs
+    drawn = client_lengths(s.workload, 400)
+    assert r.output_tokens_per_s * r.duration_s == pytest.approx(sum(o for _, o in drawn), rel=1e-9)
+    other = simulate(served_tables(spec(workload={**w, "seed": 7})), TERMS)
+    assert other.output_tokens_per_s * other.duration_s == pytest.approx(
+        sum(o for _, o in client_lengths(spec(workload={**w, "seed": 7}).workload, 400)), rel=1e-9)
+
+
+def _printed_totals(run):
+    """What a bench_serving result block quoted in a run's notes prints: requests, input and output tokens."""
+    import re
+
+    m = re.search(r"Successful requests: (\d+); Total input tokens: (\d+); Total generated tokens: (\d+)",
+                  run.notes or "")
+    return tuple(map(int, m.groups())) if m else None
+
+
+def test_the_clients_draws_are_the_lengths_it_printed():
+    """The corpus's bench_serving runs of random lengths that print their token totals: the client's seed
+    draws exactly the prompt tokens printed, and the output tokens within the one per request by which SGLang
+    0.5.6 (which drew outputs from 0) differs from the draws of :func:`client_lengths`."""
+    from pdcalc.reality.served_runs import load
+
+    checked = 0
+    for r in load():
+        if r.spec is None or r.spec.workload.min_length_ratio >= 1 or _printed_totals(r) is None:
+            continue
+        n, prompt_tokens, output_tokens = _printed_totals(r)
+        drawn = client_lengths(r.spec.workload, n)
+        assert sum(p for p, _ in drawn) == prompt_tokens, r.id
+        assert 0 <= sum(o for _, o in drawn) - output_tokens <= n, r.id
+        checked += 1
+    assert checked >= 9
+
+
+def test_the_client_seed_is_checked():
+    for bad in (-1, 2**32, 1.5, "42"):
+        with pytest.raises(ConfigError, match=r"\[workload\] seed"):
+            spec(workload={"prompt": 100, "output": 10, "concurrency": 1, "seed": bad})
 
 
 def test_a_v4_recipe_in_a_spec_of_another_model_is_refused():
@@ -582,8 +621,8 @@ def test_memory_utilization_sets_the_kv_room_as_each_engine_reads_it():
 def test_prefill_delayer_holds_prompts_until_every_dp_rank_has_some():
     """SGLang's --enable-prefill-delayer is checked (co-located SGLang with DP attention only); one pass is no
     delay at all, and holding waiting prompts until the DP ranks prefill together stalls the decode batch less
-    often: more output, shorter TPOT."""
-    work = {"prompt": 4000, "output": 300, "concurrency": 96, "num_prompts": 192, "min_length_ratio": 0.0}
+    often: more output, shorter TPOT (over six waves of requests, so that no one draw of lengths decides it)."""
+    work = {"prompt": 4000, "output": 300, "concurrency": 96, "num_prompts": 576, "min_length_ratio": 0.0}
     serve = {"tp": 1, "dp": 8, "ep": 8}
     for engine, role, where in (("vllm", "serve", r"\[serve\] prefill_delay_passes"),
                                 ("sglang", "decode", r"\[decode\] prefill_delay_passes")):

@@ -39,6 +39,7 @@ The same spec describes a user's deployment (``pdcalc predict SPEC.toml``), a pu
     num_prompts = 4096              # optional
     dataset = "random"              # optional
     min_length_ratio = 1.0          # optional: lengths drawn from [ratio x length, length] per request
+    seed = 42                       # optional: the client's --seed, which draws those lengths
     temperature = 0.0               # optional: the client's sampling temperature (its default: 0, greedy)
 
 An SGLang role serving DeepSeek-V4 may give ``swa_full_tokens_ratio``: its launch's ``--swa-full-tokens-ratio``,
@@ -59,6 +60,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from pdcalc.core import checks
 from pdcalc.core.checks import MAX_CARDS, MAX_SEQUENCES, MAX_TOKENS, RATE_PER_S
@@ -83,6 +86,21 @@ SERVING_ENGINES: dict[str, dict] = {
 KV_DTYPES = ("auto", "bf16", "fp8", "fp8_ds_mla", "int8")
 #: Benchmark datasets: what the prompts are (MTP acceptance depends on it, :mod:`pdcalc.perf.speculative`).
 DATASETS = ("random", "sharegpt", "gsm8k", "aime", "gpqa", "mt-bench", "humaneval", "longbench", "custom")
+#: ``--seed`` of SGLang's ``bench_serving`` where a run gives none (:data:`SOURCES` ``sglang-lengths``), and the
+#: largest seed NumPy's generator takes.
+SGLANG_BENCH_SEED = 42
+MAX_SEED = 2**32 - 1
+#: Where the client's draws are read.
+SOURCES = {
+    "sglang-lengths": ("sgl-project/sglang 0.5.15 (PyPI wheel), sglang/benchmark/serving.py: "
+                       "'parser.add_argument(\"--seed\", type=int, default=42' and 'random.seed(args.seed)' / "
+                       "'np.random.seed(args.seed)' before the dataset is sampled; benchmark/datasets/random.py, "
+                       "sample_random_requests: 'input_lens = compute_random_lens(full_len=input_len, ...)' then "
+                       "'output_lens = compute_random_lens(full_len=output_len, ...)'; datasets/common.py, "
+                       "compute_random_lens: 'np.random.randint(max(int(full_len * range_ratio), 1), full_len + 1, "
+                       "size=num)'. SGLang 0.5.6 draws prompts alike but outputs from int(output_len * range_ratio) "
+                       "and seeds with 1 by default"),
+}
 #: The highest sampling temperature a workload may give (OpenAI-compatible servers accept up to 2).
 MAX_TEMPERATURE = 2.0
 #: Draft tokens per step MTP may be given (engines run 1 to a few).
@@ -98,7 +116,7 @@ SGLANG_PREFILL_DELAY_PASSES = 30
 #: The most passes ``prefill_delay_passes`` may give (a check on the input, not an engine limit).
 MAX_PREFILL_DELAY_PASSES = 1000
 _MTP = ("draft_tokens", "acceptance")
-_WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio",
+_WORK = ("prompt", "output", "concurrency", "request_rate", "num_prompts", "dataset", "min_length_ratio", "seed",
          "temperature")
 
 
@@ -141,7 +159,9 @@ class ServedWorkload:
 
     ``prompt`` and ``output`` are the lengths asked for; with ``min_length_ratio`` r < 1 each request's lengths
     are drawn uniformly from ``[r x length, length]``, as SGLang's ``bench_serving --random-range-ratio r`` draws
-    them (its default, when the flag is absent, is 0: lengths from 1 to the stated one). vLLM's ``--random-range-
+    them (its default, when the flag is absent, is 0: lengths from 1 to the stated one), from its ``--seed``
+    (``seed``, :data:`SGLANG_BENCH_SEED` where the client gives none), so that a run of few prompts is simulated
+    with the very lengths the client sent (:func:`client_lengths`). vLLM's ``--random-range-
     ratio`` draws symmetrically about the stated length, whose mean that is: leave it at 1. ``temperature`` is the
     sampling temperature the client asks for: ``vllm bench serve`` and ``bench_serving`` sample greedily (0) unless
     told otherwise, and MTP accepts fewer drafts when tokens are sampled (:mod:`pdcalc.perf.speculative`)."""
@@ -154,6 +174,7 @@ class ServedWorkload:
     dataset: str = "random"
     min_length_ratio: float = 1.0
     temperature: float = 0.0
+    seed: int = SGLANG_BENCH_SEED   # the client's --seed (random lengths)
 
     @property
     def mean_prompt(self) -> float:
@@ -298,7 +319,21 @@ def _workload(source: str, table) -> ServedWorkload:
                                        high=1.0)
     if "temperature" in table:
         kw["temperature"] = check(checks.number, "temperature", table["temperature"], low=0.0, high=MAX_TEMPERATURE)
+    if "seed" in table:
+        kw["seed"] = check(checks.integer, "seed", table["seed"], low=0, high=MAX_SEED)
     return ServedWorkload(**kw)
+
+
+def client_lengths(w: ServedWorkload, n: int) -> list[tuple[int, int]]:
+    """The prompt and output tokens of the first ``n`` requests as SGLang's ``bench_serving`` draws them for a
+    random dataset with ``--random-range-ratio`` ``w.min_length_ratio`` and ``--seed`` ``w.seed``: NumPy's
+    global generator seeded with it, every prompt's length, then every output's, each uniform from
+    ``max(int(ratio x length), 1)`` to the length (:data:`SOURCES` ``sglang-lengths``)."""
+    rs = np.random.RandomState(w.seed)
+    r = w.min_length_ratio
+    prompts = rs.randint(max(int(w.prompt * r), 1), w.prompt + 1, size=n)
+    outputs = rs.randint(max(int(w.output * r), 1), w.output + 1, size=n)
+    return [(int(p), int(o)) for p, o in zip(prompts, outputs)]
 
 
 def _mtp(source: str, table) -> Mtp | None:

@@ -13,7 +13,7 @@ token budget (``mixed``), or a step of waiting prompts on its own while the deco
 ranks decoding meanwhile, until every rank of the instance has prompts to prefill or the passes run out.
 Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and each request then waits
 for its KV transfer and a decode rank with room. Request lengths are the stated ones or
-drawn as the client draws them (``min_length_ratio``). Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
+drawn as the client draws them, from its seed (``min_length_ratio``, ``seed``). Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
 kernel time plus a host time per step. Between two events (a request arriving or finishing) a rank's decode
 steps are alike, so they advance in one timeout; a run's events grow with its requests, not its tokens.
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from pdcalc.layout.served import client_lengths
 from pdcalc.perf.served import ServedTables, ServedTerms, chunk_s, role_dp
 
 #: Seed of the open loop's arrival times (a run is reproducible).
@@ -237,7 +238,7 @@ class _Sim:
         self.cap = t.decode.max_batch
         self.waiting: deque = deque()           # requests with no rank room yet
         self.scale_factor = 1.0
-        self.rng = np.random.default_rng(SEED + 1)
+        self.drawn: list | None = None          # the client's lengths, drawn once (random lengths)
         self.slot = None                        # an open loop's wait for a concurrency slot
         if w.concurrency is not None and (w.request_rate is None or w.request_rate == math.inf):
             for _ in range(min(w.concurrency, n)):
@@ -259,12 +260,14 @@ class _Sim:
                 yield self.env.timeout(float(rng.exponential(1 / rate)))
 
     def lengths(self, w) -> tuple[float, float]:
-        """A request's prompt and output tokens: the stated ones, or drawn as SGLang's client draws them."""
+        """A request's prompt and output tokens: the stated ones, or the next the client drew
+        (:func:`pdcalc.layout.served.client_lengths`)."""
         if w.min_length_ratio >= 1.0:
             return float(w.prompt), float(w.output)
-        r = w.min_length_ratio
-        return (float(self.rng.integers(max(int(w.prompt * r), 1), w.prompt + 1)),
-                float(max(1, self.rng.integers(int(w.output * r), w.output + 1))))
+        if self.drawn is None:
+            self.drawn = client_lengths(w, self.n)
+        p, o = self.drawn[(self.sent) % len(self.drawn)]
+        return float(p), float(o)
 
     def send(self) -> None:
         w = self.t.spec.workload
@@ -278,7 +281,6 @@ class _Sim:
 
     def admit(self) -> None:
         """Co-located: waiting requests to the least-loaded rank with room under its sequence cap."""
-        w = self.t.spec.workload
         while self.waiting:
             lane = min(self.lanes, key=_Lane.load)
             if lane.load() >= self.cap:
