@@ -103,3 +103,34 @@ def test_the_headline_is_one_short_line_over_the_table(v3, long_prompts):
     far = O.out_of_reach(long_prompts)
     line = O.headline(long_prompts)
     assert O.seconds_text(far.fastest_s) in line and O.seconds_text(far.ttft_s) in line and len(line) <= 160
+
+
+def test_every_answer_figure_carries_its_likely_range(v3):
+    """Under the served model each predicted figure of the answers is shown with its 80 % range, the point inside
+    it; the roofline, a bound, carries none."""
+    from dataclasses import replace
+
+    from pdcalc.plan.search import range_factors
+
+    assert v3.setup.costs == "served" and range_factors(v3.setup)
+    t = O.answers_table(v3)
+    ranged = [c for c in t.columns if c.endswith(", likely")]
+    assert len(ranged) == 4
+    for col in ranged:
+        for cell in t[col]:
+            point, rest = cell.split(" (")
+            lo, hi = rest.rstrip(")").split(" to ")
+            num = [float(x.replace(",", "")) for x in (lo, point, hi)]
+            assert num[0] <= num[1] <= num[2], (col, cell)
+    bound = plan(replace(v3.setup, costs="roofline"), v3.workload)
+    assert not any(c.endswith(", likely") for c in O.answers_table(bound).columns)
+
+
+def test_the_plan_chapters_tables_show_the_range_under_the_served_model(v3):
+    from pdcalc.book import report
+
+    df = report.splits_table(v3.ranked, 3)
+    served = report.splits_display(df, caption="c", csv_name="c", setup=v3.setup).data
+    assert "in brackets: the likely, 80 % range" in served and served.count(" to ") >= 4 * len(df)
+    plain = report.splits_display(df, caption="c", csv_name="c").data
+    assert "in brackets" not in plain

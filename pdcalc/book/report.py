@@ -228,15 +228,31 @@ def splits_table(rows: pd.DataFrame, n: int | None = None, *, names: list[str] |
     return df
 
 
-def splits_display(df: pd.DataFrame, *, caption: str, csv_name: str):
-    """:func:`pdcalc.book.display.table` of a :func:`splits_table`, each split label kept on one line."""
+#: The columns of :func:`splits_table` a served plan gives a likely range: the planner's column and the format.
+RANGED_SPLIT_COLUMNS = {"output tokens/s per card": ("tokens_per_s_per_card", ",.0f"), "TTFT (s)": ("ttft_s", ".2f"),
+                        "TPOT (ms)": ("tpot_s", ".1f"), "output tokens/s": ("output_tokens_per_s", ",.0f")}
+
+
+def splits_display(df: pd.DataFrame, *, caption: str, csv_name: str, setup=None):
+    """:func:`pdcalc.book.display.table` of a :func:`splits_table`, each split label kept on one line; under the
+    served model of ``setup``, each figure with its likely range in brackets
+    (:func:`pdcalc.plan.search.range_factors`; the CSV keeps the figures)."""
     import html
 
     from pdcalc.book.display import table
+    from pdcalc.plan.search import range_factors
 
     cells = {"split": [f'<span style="white-space:nowrap">{html.escape(str(v))}</span>' for v in df["split"]]} \
-        if "split" in df else None
-    return table(df, caption=caption, csv_name=csv_name, cell_html=cells)
+        if "split" in df else {}
+    factors = range_factors(setup) if setup is not None else {}
+    for col, (key, fmt) in RANGED_SPLIT_COLUMNS.items():
+        if col in df and key in factors:
+            lo, hi = factors[key]
+            cells[col] = [f"{format(v, fmt)}<br><small>({format(v * lo, fmt)} to {format(v * hi, fmt)})</small>"
+                          for v in df[col]]
+    if factors:
+        caption += " (served model; in brackets: the likely, 80 % range)"
+    return table(df, caption=caption, csv_name=csv_name, cell_html=cells or None)
 
 
 def split_tradeoff(best, other, other_name: str) -> str:

@@ -173,8 +173,8 @@ def out_of_reach(p: Plan) -> OutOfReach | None:
 
 
 def answers_table(p: Plan) -> pd.DataFrame:
-    """The two answers as a small table: objective, layout, cards, TTFT, TPOT and output per card (each with its
-    likely range under the served model), output in all, what binds."""
+    """The two answers as a small table: objective, layout, cards, TTFT, TPOT, output per card and in all (each
+    with its likely range under the served model), what binds."""
     f = range_factors(p.setup)
 
     def ranged(x: float, key: str) -> str:
@@ -193,11 +193,13 @@ def answers_table(p: Plan) -> pd.DataFrame:
         if a is None:
             out.append({"objective": name, "layout": "nothing meets the targets", "binds": _failing(p, name)})
             continue
-        out.append({"objective": name, "layout": a.layout, "cards": a.cards, "TTFT (s)": _fmt(a.ttft_s),
-                    "TPOT (ms)" + (", likely" if f else ""): ranged(1e3 * a.tpot_s, "tpot_s"),
-                    "tokens/s per card" + (", likely" if f else ""): ranged(a.tokens_per_s_per_card,
-                                                                            "tokens_per_s_per_card"),
-                    "tokens/s in all": round(a.output_tokens_per_s), "binds": a.binds})
+        likely = ", likely" if f else ""
+        out.append({"objective": name, "layout": a.layout, "cards": a.cards,
+                    "TTFT (s)" + likely: ranged(a.ttft_s, "ttft_s"),
+                    "TPOT (ms)" + likely: ranged(1e3 * a.tpot_s, "tpot_s"),
+                    "tokens/s per card" + likely: ranged(a.tokens_per_s_per_card, "tokens_per_s_per_card"),
+                    "tokens/s in all" + likely: ranged(a.output_tokens_per_s, "output_tokens_per_s"),
+                    "binds": a.binds})
     return pd.DataFrame(out)
 
 
@@ -288,4 +290,9 @@ def seconds_text(x: float) -> str:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.3g}" if math.isfinite(x) else "unbounded"
+    """A predicted figure at three significant figures (whole numbers from 100 up), thousands separated."""
+    from pdcalc.core.precision import round_sig
+
+    if not math.isfinite(x):
+        return "unbounded"
+    return f"{round_sig(x, 3):,.0f}" if abs(x) >= 100 else f"{x:,.3g}"
