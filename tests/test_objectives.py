@@ -134,3 +134,12 @@ def test_the_plan_chapters_tables_show_the_range_under_the_served_model(v3):
     assert "in brackets: the likely, 80 % range" in served and served.count(" to ") >= 4 * len(df)
     plain = report.splits_display(df, caption="c", csv_name="c").data
     assert "in brackets" not in plain
+
+
+def test_the_command_lines_answers_carry_their_ranges(v3):
+    from dataclasses import replace
+
+    answered = [ln for ln in O.answer_lines(v3) if ": run " in ln]
+    assert answered and all(ln.count("(likely ") == 4 for ln in answered)
+    bound = plan(replace(v3.setup, costs="roofline"), v3.workload)
+    assert not any("likely" in ln for ln in O.answer_lines(bound))

@@ -216,7 +216,9 @@ def _failing(p: Plan, objective: str) -> str:
 
 
 def answer_lines(p: Plan) -> list[str]:
-    """Both answers as ``pdcalc plan`` prints them, one line each, with the out-of-reach TTFT where it applies."""
+    """Both answers as ``pdcalc plan`` prints them, one line each, with the out-of-reach TTFT where it applies;
+    under the served model each figure with its likely (80 %) range."""
+    f = range_factors(p.setup)
     goals = answers(p)
     far = out_of_reach(p) if goals["fixed cluster"] is None else None
     lines = []
@@ -228,10 +230,11 @@ def answer_lines(p: Plan) -> list[str]:
             fails = _failing(far.plan if far is not None else p, name)
             lines.append(f"{name}: nothing meets the targets" + (f" (the closest fails on {fails})" if fails else ""))
             continue
-        lines.append(f"{name}: run {a.layout} on {a.cards:,} cards, {a.output_tokens_per_s:,.0f} output tokens/s "
-                     f"({a.tokens_per_s_per_card:,.0f} per card) at {a.concurrency:,} sequences, TPOT "
-                     f"{_fmt(a.tpot_s * 1e3)} ms, TTFT {seconds_text(a.ttft_s)}, binds {a.binds}"
-                     + (f"; {a.rest}" if a.rest else ""))
+        lines.append(f"{name}: run {a.layout} on {a.cards:,} cards, "
+                     f"{_likely(a.output_tokens_per_s, f, 'output_tokens_per_s', ' output tokens/s')}, "
+                     f"{_likely(a.tokens_per_s_per_card, f, 'tokens_per_s_per_card', ' per card')}, at "
+                     f"{a.concurrency:,} sequences, TPOT {_likely(a.tpot_s * 1e3, f, 'tpot_s', ' ms')}, TTFT "
+                     f"{_likely(a.ttft_s, f, 'ttft_s', ' s')}, binds {a.binds}" + (f"; {a.rest}" if a.rest else ""))
     return lines
 
 
@@ -282,6 +285,14 @@ def out_of_reach_dict(p: Plan) -> dict | None:
     return {"ttft_target_s": far.target_s, "fastest_ttft_s": far.fastest_s, "fastest_option": far.fastest_option,
             "answered_under_ttft_s": far.ttft_s, "why": far.plan.targets.ttft_source,
             "objectives": {k: (None if a is None else a.as_dict()) for k, a in answers(far.plan).items()}}
+
+
+def _likely(x: float, factors: dict, key: str, unit: str) -> str:
+    """A figure with its unit and, where ``factors`` give one, its likely range: "55.3 ms (likely 43.1 to 174)"."""
+    if key not in factors:
+        return f"{_fmt(x)}{unit}"
+    lo, hi = factors[key]
+    return f"{_fmt(x)}{unit} (likely {_fmt(x * lo)} to {_fmt(x * hi)})"
 
 
 def seconds_text(x: float) -> str:
