@@ -255,6 +255,27 @@ def splits_display(df: pd.DataFrame, *, caption: str, csv_name: str, setup=None)
     return table(df, caption=caption, csv_name=csv_name, cell_html=cells or None)
 
 
+def real_model_text(article_best, whole, freed, sequences: int, other_name: str | None) -> str:
+    """The plan chapter's paragraph on the real model (planner rows, ``None`` where no split meets the targets):
+    the split it gives the whole cluster against the article's model's (``article_best``), then the split it
+    serves the same ``sequences`` with once freed from using every card; where neither exists, that nothing meets
+    the targets, and ``other_name`` (the row shown instead, if any)."""
+    from pdcalc.plan.labels import split_label
+
+    if whole is None or freed is None:
+        return ("Under the real model no split meets the targets: the tables above name the closest and what it "
+                "fails on." + (f" {other_name[:1].upper() + other_name[1:]}, under the same model:"
+                               if other_name else ""))
+    same = article_best is not None and split_label(whole) == split_label(article_best)
+    held = f" where the article's model held {article_best.kv_capacity_seqs:,.0f}" if article_best is not None else ""
+    return (f"Using the whole cluster, the real model leads to {'the same split' if same else 'another split'}, "
+            f"{split_label(whole)}, for its own reasons: its D instance holds {whole.kv_capacity_seqs:,.0f} sequences "
+            f"of that context{held}. Freed from using every card, the planner serves the same {sequences:,} "
+            f"sequences with {split_label(freed)} on {int(freed.cards):,} cards, {freed.tokens_per_s_per_card:,.0f} "
+            f"output tokens/s per card against {whole.tokens_per_s_per_card:,.0f} when all cards are used. "
+            "The two side by side:")
+
+
 def split_tradeoff(best, other, other_name: str) -> str:
     """One or two sentences: the planner's ``best`` split against ``other`` (planner rows), named
     ``other_name``: output per card, then what the best split gives up (or gains) in TTFT, TPOT, total

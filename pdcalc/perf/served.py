@@ -191,10 +191,14 @@ def memory_share(spec: ServedSpec, name: str, role: Role) -> dict:
             "overhead_bytes": 0.0 if spec.engine in FRACTION_ENGINES else OVERHEAD_BYTES}
 
 
-def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str,
-            emitted: float = 1.0) -> tuple[float, float, bool, float, str]:
+#: What caps a role's decode batch where SGLang's DeepSeek-V4 window pool holds fewer requests than its full pool.
+WINDOW_POOL = "SGLang's window pool"
+
+
+def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str, *, emitted: float,
+            chunk: int) -> tuple[float, float, bool, float, str]:
     """Weights per card, KV sequences per rank, whether it fits, by how much it is short, and which pool bounds
-    the sequences (``emitted``: tokens a decode step writes per sequence)."""
+    the sequences (``emitted``: tokens a decode step writes per sequence; ``chunk``: prompt tokens per step)."""
     c = get_card(spec.card)
     mtp = spec.mtp is not None
     if role.ep:
@@ -206,7 +210,7 @@ def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str,
     ctx = spec.workload.mean_prompt + spec.workload.mean_output
     pool = sglang_pool(spec, role)
     if pool is not None:                 # the pool's request slots come first (SGLang: "Not enough memory")
-        held = window_tokens_held(spec.model, locked_prompt=_locked_prompt(spec, name, role), emitted=emitted,
+        held = window_tokens_held(spec.model, locked_prompt=_locked_prompt(spec, name, role, chunk), emitted=emitted,
                                   page=SGLANG_V4_PAGE[c.family])
         seqs = pool.requests(room, context=ctx, window_held=held)
         what = "KV cache" if seqs >= pool.tokens(room) / ctx else WINDOW_POOL
@@ -216,19 +220,14 @@ def _memory(spec: ServedSpec, name: str, role: Role, quant: str, engine: str,
     return w, max(room, 0.0) / seq, room > 0, max(0.0, -room), "KV cache"
 
 
-#: What caps a role's decode batch where SGLang's DeepSeek-V4 window pool holds fewer requests than its full pool.
-WINDOW_POOL = "SGLang's window pool"
-
-
-def _locked_prompt(spec: ServedSpec, name: str, role: Role) -> float:
+def _locked_prompt(spec: ServedSpec, name: str, role: Role, chunk: int) -> float:
     """Tokens of a running request's prompt SGLang's radix cache locks in the window pool
-    (:mod:`pdcalc.model.kv_sglang`): the last node it inserted, the mean prompt or its last chunk (with the one
+    (:mod:`pdcalc.model.kv_sglang`): the last node it inserted, the mean prompt or its last ``chunk`` (with the one
     before where that is shorter than the window), on a co-located server; none on a disaggregated one, whose
     decode keeps only the window's tail and whose prefill lets the request go, nor without the radix cache."""
     if name != "serve" or not role.radix_cache:
         return 0.0
     P = spec.workload.mean_prompt
-    chunk = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET).budget
     last = P - chunk * math.floor((P - 1) / chunk) if P > chunk else P
     return last + chunk if P > chunk and last < load_config(spec.model).sliding_window else last
 
@@ -256,8 +255,9 @@ def _role_tables(spec: ServedSpec, name: str, role: Role, *, quant: str, engine:
     kw = dict(tp=role.tp, dp=role.dp, ep=role.ep, quant=quant, costs="published", graph=spec.graph,
               **_kv_kwargs(spec, engine))
     emitted = 1.0 + accepted_tokens(mtp_steps, acceptance) if mtp_steps else 1.0
-    weights, kv_seqs, fits, short, kv_bound = _memory(spec, name, role, quant, engine, emitted)
     lim = engine_limits(spec, role, fallback_seqs=DEFAULT_MAX_SEQS, fallback_budget=DEFAULT_TOKEN_BUDGET)
+    weights, kv_seqs, fits, short, kv_bound = _memory(spec, name, role, quant, engine, emitted=emitted,
+                                                      chunk=lim.budget)
     room = max(kv_seqs, 1.0)
     max_batch = float(room if lim.max_seqs is None else min(lim.max_seqs, room))
     cap = "running-request cap" if lim.max_seqs is not None and lim.max_seqs <= room else kv_bound

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
+from pdcalc.core.precision import round_sig
 from pdcalc.plan.labels import option_label
 from pdcalc.plan.search import Plan, plan, range_factors
 from pdcalc.plan.workload import Targets
@@ -178,10 +179,7 @@ def answers_table(p: Plan) -> pd.DataFrame:
     f = range_factors(p.setup)
 
     def ranged(x: float, key: str) -> str:
-        if not f:
-            return _fmt(x)
-        lo, hi = f[key]
-        return f"{_fmt(x)} ({_fmt(x * lo)} to {_fmt(x * hi)})"
+        return f"{_fmt(x)} ({_span(x, f[key])})" if f else _fmt(x)
 
     out = []
     goals = answers(p)
@@ -287,12 +285,14 @@ def out_of_reach_dict(p: Plan) -> dict | None:
             "objectives": {k: (None if a is None else a.as_dict()) for k, a in answers(far.plan).items()}}
 
 
+def _span(x: float, factors: tuple[float, float]) -> str:
+    """The likely range of a figure ``x`` from its low and high factors: "43.1 to 174"."""
+    return f"{_fmt(x * factors[0])} to {_fmt(x * factors[1])}"
+
+
 def _likely(x: float, factors: dict, key: str, unit: str) -> str:
     """A figure with its unit and, where ``factors`` give one, its likely range: "55.3 ms (likely 43.1 to 174)"."""
-    if key not in factors:
-        return f"{_fmt(x)}{unit}"
-    lo, hi = factors[key]
-    return f"{_fmt(x)}{unit} (likely {_fmt(x * lo)} to {_fmt(x * hi)})"
+    return f"{_fmt(x)}{unit} (likely {_span(x, factors[key])})" if key in factors else f"{_fmt(x)}{unit}"
 
 
 def seconds_text(x: float) -> str:
@@ -302,8 +302,6 @@ def seconds_text(x: float) -> str:
 
 def _fmt(x: float) -> str:
     """A predicted figure at three significant figures (whole numbers from 100 up), thousands separated."""
-    from pdcalc.core.precision import round_sig
-
     if not math.isfinite(x):
         return "unbounded"
     return f"{round_sig(x, 3):,.0f}" if abs(x) >= 100 else f"{x:,.3g}"

@@ -673,6 +673,13 @@ def _signed_pct(log_errors) -> list[str]:
     return [f"{100 * (math.exp(e) - 1):+.0f} %" for e in log_errors]
 
 
+def _error_span(log_errors: pd.Series) -> str:
+    """The least and the largest of some held-out log errors as signed percentages: "-24 % to +14 %" (one
+    figure where they are the same)."""
+    lo, hi = _signed_pct((log_errors.min(), log_errors.max()))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def _v4_ascend_numbers(held: pd.DataFrame) -> dict:
     """DeepSeek-V4 on Ascend, held out: the pools its documents were predicted with, and the errors of its
     disaggregated and of its co-located runs (output tokens/s), as the validation chapter words them."""
@@ -686,8 +693,7 @@ def _v4_ascend_numbers(held: pd.DataFrame) -> dict:
     out = {"served_v4_ascend_pools": ", ".join(sorted(rows["pool"].unique()))}
     for name, sel in (("pd", rows[split]), ("colocated", rows[~split])):
         if not sel.empty:
-            lo, hi = _signed_pct((sel["log_error"].min(), sel["log_error"].max()))
-            out[f"served_v4_ascend_{name}"] = lo if lo == hi else f"{lo} to {hi}"
+            out[f"served_v4_ascend_{name}"] = _error_span(sel["log_error"])
     return out
 
 
@@ -703,10 +709,9 @@ def _window_pool_numbers(held: pd.DataFrame) -> dict:
             if t.decode.cap == WINDOW_POOL]
     if not caps:
         return {}
-    lo, hi = _signed_pct((rows["log_error"].min(), rows["log_error"].max()))
     return {"served_window_runs": len(rows), "served_window_bound": len(caps),
             "served_window_running": f"{math.floor(min(caps))} to {math.floor(max(caps))}",
-            "served_window_errors": f"{lo} to {hi}"}
+            "served_window_errors": _error_span(rows["log_error"])}
 
 
 #: The SGLang cookbook's DeepSeek-V4 benchmark table (a document of the served corpus).
@@ -736,7 +741,6 @@ def _low_latency_numbers(held: pd.DataFrame) -> dict:
         one = cells.get(replace(run.spec, workload=None))
         if one is not None:
             ttft.append(observed(run)["ttft_s"] / observed(one)["ttft_s"])
-    lo, hi = _signed_pct((rows["log_error"].min(), rows["log_error"].max()))
-    return {"served_ll16_tpot": f"{lo} to {hi}", "served_ll16_runs": len(rows),
+    return {"served_ll16_tpot": _error_span(rows["log_error"]), "served_ll16_runs": len(rows),
             "served_ll16_noprefill": f"{100 * float(np.median(free)):.0f} %",
             "served_ll_ttft_ratio": f"{float(np.median(ttft)):.1f}" if ttft else "not measured"}
