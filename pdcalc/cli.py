@@ -386,7 +386,7 @@ def cmd_plan(args) -> int:
     if args.costs == "served":
         tm = setup.terms
         print(f"  step model: served (decode kernels x {tm.k_decode:.3g}, prefill x {tm.k_prefill:.3g}, host "
-              f"{tm.host_text()}; {tm.label}); ranges: 80 % of held-out errors")
+              f"{tm.host_text()}, {tm.request_text()}; {tm.label}); ranges: 80 % of held-out errors")
     else:
         print(f"  step model: {'the roofline, the hardware bound' if args.costs == 'roofline' else 'published kernel costs alone'}"
               f" (no range)")
@@ -512,10 +512,10 @@ def cmd_predict(args) -> int:
     print(f"  TPOT          {_ranged_text(p.tpot_ms, 'ms')}")
     print(f"  TTFT          {_ranged_text(p.ttft_ms, 's', 1e-3) if p.ttft_ms.value >= 1e4 else _ranged_text(p.ttft_ms, 'ms')}")
     print(f"  binds: {p.binds}; ranges: 80 % of held-out errors ({p.tpot_ms.range_from})")
-    print(f"  the hardware's bound (published kernels, no host time): {_sig(p.bound_output_tokens_per_s)} tokens/s, "
-          f"TPOT {_sig(p.bound_tpot_ms)} ms")
+    print(f"  the hardware's bound (published kernels, no host or request time): {_sig(p.bound_output_tokens_per_s)} "
+          f"tokens/s, TPOT {_sig(p.bound_tpot_ms)} ms")
     print(f"  terms: decode kernels x {p.terms.k_decode:.3g}, prefill x {p.terms.k_prefill:.3g}, host "
-          f"{p.terms.host_text()} ({p.terms.label})")
+          f"{p.terms.host_text()}, {p.terms.request_text()} ({p.terms.label})")
     if "calibration_moves_pct" in out:
         mv = out["calibration_moves_pct"]
         print(f"  your calibration moves the corpus prediction: output {mv['output_tokens_per_s']:+.0f} %, "
@@ -549,7 +549,8 @@ def cmd_calibrate(args) -> int:
     if args.json:
         return _print_json(out, indent=2)
     print(f"{args.output}: decode kernels x {c.terms.k_decode:.3g}, prefill x {c.terms.k_prefill:.3g}, host "
-          f"{c.terms.host_text()} (corpus: x {prior.k_decode:.3g}, x {prior.k_prefill:.3g}, {prior.host_text()})")
+          f"{c.terms.host_text()}, {c.terms.request_text()} (corpus: x {prior.k_decode:.3g}, x {prior.k_prefill:.3g}, "
+          f"{prior.host_text()}, {prior.request_text()})")
     names = {"output_tokens_per_s": ("output", "tokens/s", 1.0), "tpot_s": ("TPOT", "ms", 1e3),
              "ttft_s": ("TTFT", "ms", 1e3)}
     for k, v in c.measured.items():

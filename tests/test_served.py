@@ -76,12 +76,14 @@ def test_the_dp_host_factor_applies_where_dp_ranks_step_together():
     ih = len(cal.RH_FIT) // 2
     f = cal.RH_FIT[ih + 1] / cal.RH_FIT[ih]
     base, scaled = cal.surrogate(rows), cal.surrogate(rows, f)
-    per_kd = len(cal.RP_FIT) * len(cal.RH_FIT)
+    nd = len(cal.RD_FIT)
+    per_kd = len(cal.RP_FIT) * len(cal.RH_FIT) * nd
     for k in (0, len(cal.KD_FIT) // 2):
         for r in (0, len(cal.RP_FIT) - 1):
-            i = k * per_kd + r * len(cal.RH_FIT) + ih
-            for m in cal.METRICS:
-                assert scaled[m][i] == pytest.approx(base[m][i + 1], rel=1e-5), (k, r, m)
+            for d in (0, nd - 1):
+                i = k * per_kd + (r * len(cal.RH_FIT) + ih) * nd + d
+                for m in cal.METRICS:
+                    assert scaled[m][i] == pytest.approx(base[m][i + nd], rel=1e-5), (k, r, d, m)
 
 
 def test_closed_loop_scales_with_the_kernel_factor():
@@ -89,8 +91,10 @@ def test_closed_loop_scales_with_the_kernel_factor():
     t = served_tables(spec(serve={"tp": 4, "dp": 2, "ep": 8}, engine="sglang",
                            workload={"prompt": 3000, "output": 300, "concurrency": 24, "num_prompts": 60,
                                      "min_length_ratio": 0.0}))
-    a = simulate(t, TERMS)
-    b = simulate(t, ServedTerms(k_decode=3 * TERMS.k_decode, k_prefill=3 * TERMS.k_prefill, host_s=3 * TERMS.host_s))
+    base = replace(TERMS, request_s=0.05)
+    a = simulate(t, base)
+    b = simulate(t, ServedTerms(k_decode=3 * TERMS.k_decode, k_prefill=3 * TERMS.k_prefill, host_s=3 * TERMS.host_s,
+                                request_s=3 * base.request_s))
     assert b.output_tokens_per_s == pytest.approx(a.output_tokens_per_s / 3, rel=1e-9)
     assert b.mean_tpot_s == pytest.approx(3 * a.mean_tpot_s, rel=1e-9)
     assert b.mean_ttft_s == pytest.approx(3 * a.mean_ttft_s, rel=1e-9)
@@ -102,6 +106,40 @@ def test_an_open_loop_with_one_slot_is_a_closed_loop_of_one():
     b = simulate(served_tables(spec(workload={**w, "request_rate": 50.0})), TERMS)
     assert b.mean_tpot_s == pytest.approx(a.mean_tpot_s, rel=1e-9)
     assert b.mean_ttft_s == pytest.approx(a.mean_ttft_s, rel=1e-9)
+
+
+def test_a_request_time_adds_to_ttft_and_holds_the_closed_loop_slot():
+    """A request reaching the engine ``request_s`` after the client sends it: one request at a time, its TTFT is
+    that much longer, its TPOT the same, and the run ``num_prompts`` times that much longer; the steady state
+    and the planner add it to TTFT too."""
+    from pdcalc.perf.served import steady_state
+    from pdcalc.plan.splits import evaluate_instances
+    from pdcalc.plan.workload import Setup, Workload
+
+    w = {"prompt": 2000, "output": 100, "concurrency": 1, "num_prompts": 8}
+    t = served_tables(spec(workload=w))
+    delayed = replace(TERMS, request_s=0.25)
+    a, b = simulate(t, TERMS), simulate(t, delayed)
+    assert b.mean_ttft_s == pytest.approx(a.mean_ttft_s + 0.25, rel=1e-9)
+    assert b.mean_tpot_s == pytest.approx(a.mean_tpot_s, rel=1e-9)
+    assert b.duration_s == pytest.approx(a.duration_s + w["num_prompts"] * 0.25, rel=1e-9)
+    assert b.output_tokens_per_s < a.output_tokens_per_s
+    sa, sb = steady_state(t, TERMS), steady_state(t, delayed)
+    assert float(sb.ttft_s[0]) == pytest.approx(float(sa.ttft_s[0]) + 0.25, rel=1e-9)
+    # disaggregated, an open loop: TTFT only
+    pd_spec = spec_from_dict({"model": "deepseek-v3", "card": "h200", "engine": "sglang",
+                              "prefill": {"tp": 8}, "decode": {"tp": 8},
+                              "workload": {"prompt": 3000, "output": 300, "request_rate": 1.0, "num_prompts": 40}},
+                             "test")
+    sa, sb = steady_state(served_tables(pd_spec), TERMS), steady_state(served_tables(pd_spec), delayed)
+    assert float(sb.ttft_s[0]) == pytest.approx(float(sa.ttft_s[0]) + 0.25, rel=1e-9)
+    assert float(sb.tpot_s[0]) == pytest.approx(float(sa.tpot_s[0]), rel=1e-12)
+    work = Workload(prompt_tokens=2000, output_tokens=500, rate_per_s=2.0, ttft_s=100.0, tpot_s=1.0)
+    setups = [Setup(cards=16, model="deepseek-v3", card="h200", quant="fp8", engine="vllm", served_terms=x)
+              for x in (TERMS, delayed)]
+    r = [evaluate_instances(s_, work, instances=2, size=8) for s_ in setups]
+    assert float(r[1]["ttft_s"]) == pytest.approx(float(r[0]["ttft_s"]) + 0.25, rel=1e-9)
+    assert float(r[1]["tpot_s"]) == pytest.approx(float(r[0]["tpot_s"]), rel=1e-12)
 
 
 def test_prefill_first_stalls_the_decode_batch():
@@ -208,7 +246,8 @@ def test_stored_design_is_what_the_simulation_gives():
         rows = design[design["id"] == rid]
         row = rows.iloc[len(rows) // 2]
         t = cal.tables_of(get(rid))
-        got = simulate(t, ServedTerms(k_decode=row.kd, k_prefill=row.kd * row.rp, host_s=row.kd * row.rh))
+        got = simulate(t, ServedTerms(k_decode=row.kd, k_prefill=row.kd * row.rp, host_s=row.kd * row.rh,
+                                      request_s=row.kd * row.rd))
         for m, v in zip(cal.METRICS, (got.output_tokens_per_s, got.mean_tpot_s, got.mean_ttft_s)):
             assert v == pytest.approx(row[m], rel=1e-5), (rid, m)
 
@@ -218,7 +257,8 @@ def test_stored_design_covers_every_predictable_run():
     runs = cal.predictable_runs()
     assert sorted(design["id"].unique()) == sorted(r.id for r in runs)
     for r in runs:
-        n = len(cal.RP_DESIGN) * len(cal.RH_DESIGN) * (1 if cal.homogeneous(r) else len(cal.KD_DESIGN))
+        n = (len(cal.RP_DESIGN) * len(cal.RH_DESIGN) * len(cal.RD_DESIGN)
+             * (1 if cal.homogeneous(r) else len(cal.KD_DESIGN)))
         assert (design["id"] == r.id).sum() == n
 
 
@@ -236,7 +276,7 @@ def test_stored_terms_are_the_refit(refit):
     assert set(stored) == set(fresh)
     assert all(row["documents"] >= need for row in fresh.values())
     for key, row in fresh.items():
-        for k in ("k_decode", "k_prefill", "host_ms", "dp_host_factor", "runs", "documents"):
+        for k in ("k_decode", "k_prefill", "host_ms", "dp_host_factor", "request_ms", "runs", "documents"):
             assert stored[key][k] == pytest.approx(row[k], rel=1e-5), (key, k)
 
 
@@ -260,10 +300,12 @@ def test_held_out_terms_leave_the_document_out(refit):
             (terms.k_decode, terms.k_prefill), rel=1e-5)
         assert rows.iloc[0]["host_ms"] == pytest.approx(terms.host_s * 1e3, rel=1e-5, abs=1e-9)
         assert rows.iloc[0]["dp_host_factor"] == pytest.approx(terms.dp_host_factor, rel=1e-5)
+        assert rows.iloc[0]["request_ms"] == pytest.approx(terms.request_s * 1e3, rel=1e-5, abs=1e-9)
     for _, row in held.iloc[:: max(1, len(held) // 3)].iterrows():
         t = cal.tables_of(by_id[row["id"]])
         sim = simulate(t, ServedTerms(k_decode=row["k_decode"], k_prefill=row["k_prefill"],
-                                      host_s=row["host_ms"] / 1e3, dp_host_factor=row["dp_host_factor"]))
+                                      host_s=row["host_ms"] / 1e3, dp_host_factor=row["dp_host_factor"],
+                                      request_s=row["request_ms"] / 1e3))
         got = {"output_tokens_per_s": sim.output_tokens_per_s, "tpot_s": sim.mean_tpot_s,
                "ttft_s": sim.mean_ttft_s}[row["metric"]]
         assert got == pytest.approx(row["predicted"], rel=1e-4)
@@ -361,7 +403,7 @@ def test_calibration_recovers_known_terms():
     """A run simulated at known terms, read back as if measured: the calibration predicts it within the grid's
     resolution, and moves a corpus prediction that was off."""
     s = spec(serve={"tp": 8}, workload={"prompt": 2000, "output": 500, "concurrency": 16, "num_prompts": 64})
-    truth = ServedTerms(k_decode=2.0, k_prefill=3.0, host_s=0.006)
+    truth = ServedTerms(k_decode=2.0, k_prefill=3.0, host_s=0.006, request_s=0.08)
     r = simulate(served_tables(s), truth)
     measured = {"output_tokens_per_s": r.output_tokens_per_s, "tpot_s": r.mean_tpot_s, "ttft_s": r.mean_ttft_s}
     c = own_run.calibrate_run(s, measured, ServedTerms(), label="known")

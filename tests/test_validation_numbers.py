@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import WINDOW_POOL, ServedTerms
@@ -43,10 +44,32 @@ def test_free_prefill_shortens_the_low_latency_tpot():
     free = []
     for r in rows.itertuples():
         t = cal.tables_of(get(r.id))
-        base = dict(k_decode=r.k_decode, host_s=r.host_ms / 1e3, dp_host_factor=r.dp_host_factor)
+        base = dict(k_decode=r.k_decode, host_s=r.host_ms / 1e3, dp_host_factor=r.dp_host_factor,
+                    request_s=r.request_ms / 1e3)
         with_prefill = simulate(t, ServedTerms(k_prefill=r.k_prefill, **base)).mean_tpot_s
         without = simulate(t, ServedTerms(k_prefill=0.0, **base)).mean_tpot_s
         assert without < with_prefill
         assert abs(math.log(with_prefill / r.predicted)) < 0.01       # the held-out prediction, re-simulated
         free.append(without / r.measured)
     assert k["served_ll16_noprefill"] == f"{100 * float(np.median(free)):.0f} %"
+
+
+def test_a_lone_requests_ttft_barely_follows_its_prefill():
+    """The chapter's evidence for a time outside the engine's steps: the cookbook's single-request TTFTs of
+    DeepSeek-V4-Flash, as recorded, span less than the kernels' prefill of the same prompts does across cards;
+    and the request time glued is the one the held-out runs were predicted with."""
+    from pdcalc.reality.served_runs import load
+
+    held = _held()
+    k = cal._low_latency_numbers(held)
+    one = [r for r in load() if r.source_id == cal.SGLANG_V4_COOKBOOK and r.spec is not None
+           and r.spec.workload.concurrency == 1 and r.spec.model == "deepseek-v4-flash"]
+    assert k["served_ll1_runs"] == len(one) > 1
+    ttft = [r.metric("ttft_ms_mean").value / 1e3 for r in one]
+    assert k["served_ll1_ttft"] == f"{min(ttft):.2f} to {max(ttft):.2f} s"
+    prompt_s = [cal.tables_of(r).prefill.prompt_s for r in one]
+    assert float(k["served_ll1_prefill_ratio"]) == pytest.approx(max(prompt_s) / min(prompt_s), abs=0.05)
+    assert max(prompt_s) / min(prompt_s) > max(ttft) / min(ttft)
+    rows = held[(held["source_id"] == cal.SGLANG_V4_COOKBOOK) & (held["metric"] == "tpot_s")]
+    rows = rows[rows["id"].map(lambda i: get(i).spec.workload.concurrency == 16)]
+    assert k["served_ll_request_ms"] == f"{float(np.median(rows['request_ms'])):.0f} ms"

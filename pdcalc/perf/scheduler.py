@@ -12,7 +12,9 @@ token budget (``mixed``), or a step of waiting prompts on its own while the deco
 (``prefill-first``). SGLang's prefill delayer (``prefill_delay_passes``) holds a rank's waiting prompts, the
 ranks decoding meanwhile, until every rank of the instance has prompts to prefill or the passes run out.
 Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and each request then waits
-for its KV transfer and a decode rank with room. Request lengths are the stated ones or
+for its KV transfer and a decode rank with room. A request reaches the engine's scheduler ``request_s`` after
+the client sends it (:data:`pdcalc.perf.served.REQUEST_SOURCES`): its TTFT includes that time, and a closed
+loop's slot is held through it. Request lengths are the stated ones or
 drawn as the client draws them, from its seed (``min_length_ratio``, ``seed``). Step times are :mod:`pdcalc.perf.served`'s: ``k`` times the published
 kernel time plus a host time per step. Between two events (a request arriving or finishing) a rank's decode
 steps are alike, so they advance in one timeout; a run's events grow with its requests, not its tokens.
@@ -219,7 +221,7 @@ class _PrefillRank:
 class _Sim:
     def __init__(self, t: ServedTables, terms: ServedTerms, n: int):
         self.t, self.n = t, n
-        self.kd, self.kp = terms.k_decode, terms.k_prefill
+        self.kd, self.kp, self.delta = terms.k_decode, terms.k_prefill, terms.request_s
         # host seconds per step of the decode (co-located: serving) ranks and of the disaggregated prefill ranks;
         # the spec's DP, which a scaled-down run keeps
         self.h, self.h_p = terms.host_for(role_dp(t.spec, "decode")), terms.host_for(role_dp(t.spec, "prefill"))
@@ -270,9 +272,20 @@ class _Sim:
         return float(p), float(o)
 
     def send(self) -> None:
+        """The client sends a request; it reaches the engine's scheduler ``request_s`` later."""
         w = self.t.spec.workload
         r = _Req(self.env.now, *self.lengths(w))
         self.sent += 1
+        if self.delta > 0:
+            self.env.process(self.reach(r))
+        else:
+            self.enter(r)
+
+    def reach(self, r: _Req):
+        yield self.env.timeout(self.delta)
+        self.enter(r)
+
+    def enter(self, r: _Req) -> None:
         if self.t.spec.disaggregated:
             self.prefill_queue.put(r)
         else:

@@ -5,7 +5,9 @@ and what a served run pays beyond its kernels.
 A served step takes ``k`` times its published kernel time plus a fixed host time per scheduler step
 (:class:`ServedTerms`: scheduler, sampling, launch gaps; estimated from served benchmarks by
 :mod:`pdcalc.reality.calibration`); a role whose DP ranks step together pays ``f`` times that host time
-(:data:`DP_SYNC_SOURCES`: the ranks agree on every step's batch on the host). Per DP rank, with ``b`` sequences
+(:data:`DP_SYNC_SOURCES`: the ranks agree on every step's batch on the host); a request pays a fixed time
+``delta`` outside the engine's steps (:data:`REQUEST_SOURCES`: the front end's processes and the stream). Per DP
+rank, with ``b`` sequences
 decoding, ``a`` tokens emitted per step (MTP: ``1 + sum_i acc^i``) and ``tau`` seconds of prefill per prompt token
 at the scheduler's token budget:
 
@@ -18,7 +20,8 @@ at the scheduler's token budget:
 with ``lambda`` requests per second over ``R`` ranks of ``P``-token prompts (a co-located rank shares its time
 between prefill chunks and decode steps). The decode batch follows from Little's law, ``b = lambda (O - 1)
 TPOT / R``, and the closed loop of ``C`` concurrent requests from ``C = lambda (TTFT + (O - 1) TPOT)``;
-an open loop sets ``lambda`` to its request rate. TTFT is the prefill of one prompt, the KV transfer
+an open loop sets ``lambda`` to its request rate. TTFT is the request's time outside the engine's steps
+``delta`` (:data:`REQUEST_SOURCES`), the prefill of one prompt, the KV transfer
 (disaggregated, layer-wise overlap) and an M/D/1 wait for the prefill ranks at utilisation ``rho``. The batch
 is capped by ``max_num_seqs`` and the KV cache a card holds; ``lambda`` by what the prefill ranks serve. This is
 the steady state (:func:`steady_state`, vectorised over terms for calibration); a run of few prompts is
@@ -84,22 +87,39 @@ DP_SYNC_SOURCES = (
 )
 
 
+#: Why a request pays a fixed time outside the engine's steps, which adds to its TTFT and, in a closed loop, holds
+#: the client's slot without occupying the cards: between the client and the scheduler a request passes the
+#: HTTP server, the tokenizer and the scheduler's receive loop, and its first token the detokenizer and the
+#: stream back, each in its own process. How long this takes is published nowhere, so it is estimated with the
+#: other terms; a single request's TTFT that barely changes with its prompt or the card is its signature.
+REQUEST_SOURCES = (
+    "sgl-project/sglang v0.5.15, python/sglang/srt/managers/tokenizer_manager.py: 'TokenizerManager is a process "
+    "that tokenizes the text.' ... 'sock_send(self.send_to_scheduler, obj)'; "
+    "python/sglang/srt/managers/detokenizer_manager.py: 'DetokenizerManager is a process that detokenizes the "
+    "token ids.'",
+    "sgl-project/sglang v0.5.15, python/sglang/benchmark/serving.py (the client): 'st = time.perf_counter()' "
+    "before the request is sent ... 'ttft = timestamp - st' at its first streamed chunk",
+)
+
+
 @dataclass(frozen=True)
 class ServedTerms:
     """What a served step pays beyond the published kernel costs: its kernel time ``x k`` per phase and a fixed
     host time per scheduler step, ``dp_host_factor`` times that where a role's DP ranks step together
-    (:data:`DP_SYNC_SOURCES`). ``ServedTerms()`` is the kernels alone."""
+    (:data:`DP_SYNC_SOURCES`); and what a request pays outside the engine's steps (``request_s``:
+    :data:`REQUEST_SOURCES`). ``ServedTerms()`` is the kernels alone."""
 
     k_decode: float = 1.0
     k_prefill: float = 1.0
     host_s: float = 0.0
     label: str = "published kernel costs alone"
     dp_host_factor: float = 1.0
+    request_s: float = 0.0
 
     def as_dict(self) -> dict:
-        """The terms as the CLI's JSON prints them (host time in milliseconds)."""
+        """The terms as the CLI's JSON prints them (host and request times in milliseconds)."""
         return {"k_decode": self.k_decode, "k_prefill": self.k_prefill, "host_ms": self.host_s * 1e3,
-                "dp_host_factor": self.dp_host_factor, "from": self.label}
+                "dp_host_factor": self.dp_host_factor, "request_ms": self.request_s * 1e3, "from": self.label}
 
     def host_text(self) -> str:
         """The host time in words: per step, and where DP ranks step together."""
@@ -107,6 +127,10 @@ class ServedTerms:
         if self.dp_host_factor == 1.0:
             return ms
         return f"{ms} (x {self.dp_host_factor:.3g} where DP ranks step together)"
+
+    def request_text(self) -> str:
+        """The per-request latency outside the engine's steps, in words."""
+        return f"{self.request_s * 1e3:.3g} ms per request outside the engine's steps"
 
     def host_for(self, dp: int) -> float:
         """Host seconds per step of a role with ``dp`` DP ranks (stepping together when more than one)."""
@@ -330,13 +354,15 @@ class SteadyState:
     binds: np.ndarray              # what limits the throughput
 
 
-def _terms(terms, spec: ServedSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Kernel factors and host seconds per step of the decode and the prefill role, one per set of terms."""
+def _terms(terms, spec: ServedSpec) -> tuple[np.ndarray, ...]:
+    """Kernel factors, host seconds per step of the decode and the prefill role, and the seconds a request pays
+    outside the engine's steps, one per set of terms."""
     if isinstance(terms, ServedTerms):
         terms = [terms]
     dd, dpf = role_dp(spec, "decode"), role_dp(spec, "prefill")
     return (np.array([t.k_decode for t in terms], float), np.array([t.k_prefill for t in terms], float),
-            np.array([t.host_for(dd) for t in terms], float), np.array([t.host_for(dpf) for t in terms], float))
+            np.array([t.host_for(dd) for t in terms], float), np.array([t.host_for(dpf) for t in terms], float),
+            np.array([t.request_s for t in terms], float))
 
 
 def _bisect(f, lo, hi, n: int = 48):
@@ -378,13 +404,14 @@ def _colocated(t: ServedTables, kd, kp, h, lam):
     return s, np.minimum(b, r.max_batch), p, over
 
 
-def _waves(t: ServedTables, kd, kp, h) -> SteadyState:
+def _waves(t: ServedTables, kd, kp, h, dl) -> SteadyState:
     r"""A co-located closed loop of fixed-length requests runs in waves: the ``c`` requests of a rank start
-    together, so they finish together and the next ``c`` arrive at once. A wave's prompts are prefilled in a
-    burst of full-budget chunks, then its sequences decode together:
+    together, so they finish together and the next ``c`` arrive at once. A wave's prompts reach the engine
+    ``delta`` after they are sent, are prefilled in a burst of full-budget chunks, then its sequences decode
+    together:
 
-    .. math:: T = k_p\,t_\text{chunk}(c P) + n_b h + \frac{O - 1}{a} s(c), \qquad
-       \text{output} = \frac{R\,c\,O}{T}, \qquad \text{TTFT} = \frac{T_b}{2} + s(c)
+    .. math:: T = \delta + k_p\,t_\text{chunk}(c P) + n_b h + \frac{O - 1}{a} s(c), \qquad
+       \text{output} = \frac{R\,c\,O}{T}, \qquad \text{TTFT} = \delta + \frac{T_b}{2} + s(c)
 
     with ``n_b`` the burst's steps; ``c`` is capped at the rank's batch cap (the rest wait a wave)."""
     w, d, pr = t.spec.workload, t.decode, t.prefill
@@ -394,10 +421,10 @@ def _waves(t: ServedTables, kd, kp, h) -> SteadyState:
     n_b = math.ceil(c * P / pr.budget)
     burst = kp * chunk_s(pr, c * P, mixed=False) + n_b * h
     s_d = kd * np.interp(c, d.batch, d.decode_s) + h
-    cycle = burst + (O - 1) / a * s_d
+    cycle = dl + burst + (O - 1) / a * s_d
     waves = max(c_all / c, 1.0)                                  # requests beyond the cap wait whole waves
     out = d.ranks * c * O / cycle
-    ttft = burst / 2 + s_d + (waves - 1) * cycle
+    ttft = dl + burst / 2 + s_d + (waves - 1) * cycle
     binds = np.full(kd.shape, f"decode batch ({d.cap})" if c_all > d.max_batch else "closed-loop concurrency")
     return SteadyState(output_tokens_per_s=out, tpot_s=s_d / a, ttft_s=ttft, requests_per_s=out / O,
                        batch=np.full_like(kd, c), prefill_load=burst / cycle, binds=binds)
@@ -406,20 +433,20 @@ def _waves(t: ServedTables, kd, kp, h) -> SteadyState:
 def steady_state(t: ServedTables, terms) -> SteadyState:
     """Output tokens/s, TPOT and TTFT of ``t``'s spec under ``terms`` (one :class:`ServedTerms` or a list of
     them: the results are arrays, one per set); see the module docstring."""
-    kd, kp, h, h_p = _terms(terms, t.spec)
+    kd, kp, h, h_p, dl = _terms(terms, t.spec)
     w, d, pr = t.spec.workload, t.decode, t.prefill
     O, P, a = w.mean_output, w.mean_prompt, t.emitted
     colo = not t.spec.disaggregated
     steps_per_prompt = np.ceil(P / pr.budget)
     if colo and w.concurrency is not None and (w.request_rate in (None, math.inf)):
-        return _waves(t, kd, kp, h)
+        return _waves(t, kd, kp, h, dl)
     if colo:
         def state(lam):
             s, b, p, over = _colocated(t, kd, kp, h, lam)
             room = np.maximum(pr.budget - b, 1.0)
             service = np.ceil(P / room) * s                      # one prompt's prefill, chunk by chunk
             rho = np.minimum(p / room, 0.999)
-            ttft = service + rho / (1 - rho) * service / 2
+            ttft = dl + service + rho / (1 - rho) * service / 2
             return s / a, ttft, b, over, np.minimum(p / room, 1.0)
 
         def feasible(lam):
@@ -443,7 +470,7 @@ def steady_state(t: ServedTables, terms) -> SteadyState:
         def state(lam):
             b = batch(lam)
             rho = np.minimum(lam / mu, 0.999)
-            ttft = first + rho / (2 * mu * (1 - rho)) + t.transfer_s
+            ttft = dl + first + rho / (2 * mu * (1 - rho)) + t.transfer_s
             return step_s(b) / a, ttft, b, lam > 0.999 * mu, np.minimum(lam / mu, 1.0)
 
         lam_dec = d.max_batch * d.ranks * a / (max(O - 1, 1e-9) * step_s(np.full_like(kd, d.max_batch)))

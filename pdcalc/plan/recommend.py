@@ -95,7 +95,7 @@ def evaluate_colocated(setup: Setup, work: Workload, layout: Colocated) -> pd.Se
     pf = float(timed_step(setup, tp=layout.tp, dp=layout.dp, ep=layout.ep, context=work.prompt_tokens,
                           concurrency=layout.dp, phase="prefill").time_s)
     load = rate / (layout.dp / pf)
-    ttft = pf / (1 - load) if load < 1 else math.inf
+    ttft = (pf / (1 - load) if load < 1 else math.inf) + setup.request_s
     kv = conc / layout.dp * float(seq_kv_bytes(setup, work.prompt_tokens + work.output_tokens))
     room = usable - w - setup.d_overhead_bytes
     slack = {"memory": (room - kv) / usable, "prefill load": 1 - load / setup.max_load,

@@ -320,7 +320,7 @@ def p_slack(setup: Setup, work: Workload, n_p, prompts_per_s, prefill_s, xfer, r
     """Prefill load, TTFT and their slacks, the formulas of :func:`evaluate`."""
     with np.errstate(divide="ignore", invalid="ignore"):
         load = rate / (n_p * prompts_per_s)
-        ttft = np.where(load < 1, prefill_s / (1 - load), np.inf) + xfer
+        ttft = np.where(load < 1, prefill_s / (1 - load), np.inf) + xfer + setup.request_s
         s_load = 1 - load / setup.max_load
         s_ttft = 1 - ttft / work.ttft_s if work.ttft_s else np.full(np.shape(load), np.inf)
     return load, ttft, s_load, s_ttft
@@ -339,7 +339,7 @@ def fewest_p(setup: Setup, work: Workload, prompts_per_s, prefill_s, xfer, rate:
     lim = np.full(np.shape(rate), setup.max_load)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if work.ttft_s:
-            room = work.ttft_s - xfer
+            room = work.ttft_s - xfer - setup.request_s
             lim = np.where(room > 0, np.minimum(lim, 1 - prefill_s / np.where(room > 0, room, 1.0)), 0.0)
         need = np.where(lim > 0, rate / (prompts_per_s * np.where(lim > 0, lim, 1.0)), np.inf)
     need = np.where(np.isnan(need), np.inf, need)

@@ -257,7 +257,7 @@ def agg_arrays(setup: Setup, work: Workload, a_sides: list[Side], tab: _Agg, c: 
             b = np.full(m, L_in)
         rho = np.where(b > 0, cbar / b, np.inf)
         service = np.where(b > 0, L_in * tdec / b + tpf, np.inf)
-        ttft = np.where(rho < 1, service / (1 - rho), np.inf)
+        ttft = np.where(rho < 1, service / (1 - rho), np.inf) + setup.request_s
         out = np.where(np.isfinite(tau) & np.isfinite(conc), conc / tau, 0.0)
         cards = n * size
         cap = ranks * A["seqs_per_rank"][a]
@@ -367,7 +367,7 @@ def evaluate_loop(setup: Setup, work: Workload, p_sides=None, d_sides=None, *, c
         rate = out / work.output_tokens if work.concurrency is not None else work.rate_per_s
         load = rate / (n_p * p.prompts_per_s)
         xfer = float(exposed_seconds(lnk, xfer_bytes, p.prefill_s, layers))
-        ttft = (p.prefill_s / (1 - load) if load < 1 else math.inf) + xfer
+        ttft = (p.prefill_s / (1 - load) if load < 1 else math.inf) + xfer + setup.request_s
         cards = n_p * p.size + n_d * d.size
         slack = {"P memory": p.room_bytes / usable, "D memory": d.room_bytes / usable,
                  "KV capacity": 1 - conc / max(cap, 1e-9), "prefill load": 1 - load / setup.max_load,

@@ -128,6 +128,12 @@ class _Served:
         return stored_terms(self.served_class)
 
     @property
+    def request_s(self) -> float:
+        """Seconds a request pays outside the engine's steps, which its TTFT includes: the served terms' (none
+        under the published kernel costs or the roofline)."""
+        return self.terms.request_s if self.costs == "served" else 0.0
+
+    @property
     def acceptance(self) -> float:
         """Per-draft MTP acceptance: the dataset's published rate."""
         from pdcalc.perf.speculative import dataset_acceptance

@@ -2,26 +2,28 @@
 every error this module reports is out of sample, the run's whole source document left out of the fit.
 
 The terms (:class:`pdcalc.perf.served.ServedTerms`: kernel-time factors ``k_d`` for decode and ``k_p`` for
-prefill, a host time ``h`` per scheduler step, and the factor ``f`` on it where a role's DP ranks step together)
-belong to a *class* of runs: the card's vendor, the serving engine and the model family (:func:`term_class`). A
-class is fitted on its own runs where the training set holds enough documents of it, else on the first pool of
-:data:`POOLS` that does: pooled where data are thin. How many documents are enough (:data:`MIN_SOURCES_CHOICES`)
-is itself chosen by leaving one source out within the training set (:func:`choose_min_sources`): a class fitted on
-two documents that disagree can predict a third worse than its wider pool.
+prefill, a host time ``h`` per scheduler step, the factor ``f`` on it where a role's DP ranks step together, and
+a time ``delta`` each request pays outside the engine's steps) belong to a *class* of runs: the card's vendor,
+the serving engine and the model family (:func:`term_class`). A class is fitted on its own runs where the training
+set holds enough documents of it, else on the first pool of :data:`POOLS` that does: pooled where data are thin.
+How many documents are enough (:data:`MIN_SOURCES_CHOICES`) is itself chosen by leaving one source out within the
+training set (:func:`choose_min_sources`): a class fitted on two documents that disagree can predict a third worse
+than its wider pool.
 
 The fit compares what the client simulation (:func:`pdcalc.perf.scheduler.simulate`) reports with what each run
 measured: output tokens/s, mean TPOT and mean TTFT where printed. It minimises the absolute log error, each run
 weighted by one over its document's run count so that no document outweighs another, and TTFT (which holds the
 queue of a saturated closed loop) a quarter:
 
-.. math:: \\min_{k_d, k_p, h, f} \\sum_{r} \\frac{1}{n_{s(r)}} \\sum_{m} w_m \\Bigl|\\log \\frac{\\hat y_m(r; k_d, k_p,
-   h, f)}{y_m(r)}\\Bigr|
+.. math:: \\min_{k_d, k_p, h, f, \\delta} \\sum_{r} \\frac{1}{n_{s(r)}} \\sum_{m} w_m \\Bigl|\\log
+   \\frac{\\hat y_m(r; k_d, k_p, h, f, \\delta)}{y_m(r)}\\Bigr|
 
 Simulating every run at every candidate is too slow, so each run is simulated once on a design
 (:func:`design_points`) and the fit reads an interpolation of it. A closed loop without a KV transfer scales
-exactly with the kernel factor (every time in the run is ``k_d`` times longer when ``k_d``, ``k_p`` and ``h`` are),
-so its design spans ``k_p / k_d`` and ``h / k_d`` only; other runs span ``k_d`` as well. A run whose DP ranks
-step together reads its design at ``f h``, which the host axis spans for every ``f`` of the fit. The design is
+exactly with the kernel factor (every time in the run is ``k_d`` times longer when ``k_d``, ``k_p``, ``h`` and
+``delta`` are), so its design spans ``k_p / k_d``, ``h / k_d`` and ``delta / k_d`` only; other runs span ``k_d`` as
+well. A run whose DP ranks step together reads its design at ``f h``, which the host axis spans for every ``f`` of
+the fit. The design is
 computed by ``tools/calibrate_corpus.py`` and stored (``pdcalc/data/served_design.csv``), with the fit and the
 held-out table (``served_calibration.toml``, ``served_held_out.csv``); the test suite re-simulates a sample of
 it and refits from it.
@@ -46,17 +48,23 @@ from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTables, ServedTerms, role_dp, served_tables
 
 #: The design each run is simulated on: the decode kernel factor (runs that do not scale with it), the prefill
-#: factor relative to it and the host seconds per step relative to it.
+#: factor relative to it, the host seconds per step relative to it and the seconds per request outside the
+#: engine's steps relative to it.
 KD_DESIGN = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 RP_DESIGN = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 RH_DESIGN = (0.0, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
+RD_DESIGN = (0.0, 0.1, 0.2, 0.4)
 #: The grid the fit searches (interpolated from the design).
 KD_FIT = tuple(float(x) for x in np.round(np.geomspace(0.5, 16.0, 31), 4))
 RP_FIT = tuple(float(x) for x in np.round(np.geomspace(0.25, 8.0, 16), 4))
 RH_FIT = (0.0, *(float(x) for x in np.round(np.geomspace(3e-4, 3e-2, 13), 6)))
+RD_FIT = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 #: The host-time factor of a role whose DP ranks step together (at the prefill ratio's resolution; its largest
 #: times the largest ``h / k_d`` is inside the design).
 F_FIT = tuple(float(x) for x in np.round(np.geomspace(1.0, 8.0, 10), 4))
+#: Decimals the surrogate's log figures keep: the interpolation's contractions may run in any order, so its last
+#: bits differ between machines; rounded, the fit's least is the same everywhere.
+SURROGATE_DECIMALS = 10
 #: Host time offset of the interpolation axis (seconds): ``log(h / k_d + H0)`` is interpolated linearly.
 H0 = 1e-4
 #: Weight of each metric in the fit.
@@ -164,8 +172,8 @@ def client_report(t: ServedTables, terms: ServedTerms) -> tuple[float, float, fl
 
 def design_points(run) -> list[dict]:
     """``run`` simulated on its design: one row per point, ``kd`` (1 for a homogeneous run, whose other kernel
-    factors follow by scaling), ``rp`` (``k_p / k_d``), ``rh`` (``h / k_d``, seconds) and the client's three
-    figures."""
+    factors follow by scaling), ``rp`` (``k_p / k_d``), ``rh`` (``h / k_d``, seconds), ``rd`` (``delta / k_d``,
+    seconds) and the client's three figures."""
     return simulate_design(tables_of(run), run.id, homogeneous=homogeneous(run))
 
 
@@ -175,9 +183,11 @@ def simulate_design(t: ServedTables, run_id: str, *, homogeneous: bool) -> list[
     for kd in (1.0,) if homogeneous else KD_DESIGN:
         for rp in RP_DESIGN:
             for rh in RH_DESIGN:
-                thr, tpot, ttft = client_report(t, ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh))
-                rows.append({"id": run_id, "kd": kd, "rp": rp, "rh": rh,
-                             **{m: round_sig(v, DIGITS) for m, v in zip(METRICS, (thr, tpot, ttft))}})
+                for rd in RD_DESIGN:
+                    thr, tpot, ttft = client_report(t, ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh,
+                                                                   request_s=kd * rd))
+                    rows.append({"id": run_id, "kd": kd, "rp": rp, "rh": rh, "rd": rd,
+                                 **{m: round_sig(v, DIGITS) for m, v in zip(METRICS, (thr, tpot, ttft))}})
     return rows
 
 
@@ -197,19 +207,21 @@ def _axes(f: float = 1.0):
     w_rp = _weights(lg(RP_DESIGN), lg(RP_FIT))
     w_rh = _weights(lg(np.asarray(RH_DESIGN) + H0), lg(f * np.asarray(RH_FIT) + H0))
     w_kd = _weights(lg(KD_DESIGN), lg(KD_FIT))
-    return w_kd, w_rp, w_rh
+    w_rd = _weights(RD_DESIGN, RD_FIT)
+    return w_kd, w_rp, w_rh, w_rd
 
 
-#: Candidates of the kernel factors and the host time (the fit grid without ``f``).
-N_BASE = len(KD_FIT) * len(RP_FIT) * len(RH_FIT)
+#: Candidates of the kernel factors, the host time and the request time (the fit grid without ``f``).
+N_BASE = len(KD_FIT) * len(RP_FIT) * len(RH_FIT) * len(RD_FIT)
 
 
 @cache
 def fit_grid() -> tuple[ServedTerms, ...]:
-    """The candidates the fit searches: the kernel factors and host time (in the order of :func:`surrogate`'s
-    flattened arrays), each at every ``f`` of :data:`F_FIT` (the fastest-varying)."""
-    return tuple(ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, dp_host_factor=f, label="grid")
-                 for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT for f in F_FIT)
+    """The candidates the fit searches: the kernel factors, host time and request time (in the order of
+    :func:`surrogate`'s flattened arrays), each at every ``f`` of :data:`F_FIT` (the fastest-varying)."""
+    return tuple(ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, dp_host_factor=f, request_s=kd * rd,
+                             label="grid")
+                 for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT for rd in RD_FIT for f in F_FIT)
 
 
 def steps_together(spec) -> bool:
@@ -219,23 +231,23 @@ def steps_together(spec) -> bool:
 
 
 def surrogate(rows: pd.DataFrame, f: float = 1.0) -> dict[str, np.ndarray]:
-    """One run's log figures over the kernel factors and host times of the fit grid (flattened kd x rp x rh),
-    interpolated from its design rows, with its host times ``f`` times the grid's."""
-    w_kd, w_rp, w_rh = _axes(f)
+    """One run's log figures over the kernel factors, host and request times of the fit grid (flattened kd x rp x
+    rh x rd), interpolated from its design rows, with its host times ``f`` times the grid's."""
+    w_kd, w_rp, w_rh, w_rd = _axes(f)
     out = {}
     kds = sorted(rows["kd"].unique())
+    ordered = rows.sort_values(["kd", "rp", "rh", "rd"])
     for m in METRICS:
-        vals = rows.sort_values(["kd", "rp", "rh"])[m].to_numpy(float)
-        logv = np.log(np.maximum(vals, 1e-12))
+        logv = np.log(np.maximum(ordered[m].to_numpy(float), 1e-12))
         if len(kds) == 1:                           # homogeneous: scale by the kernel factor
-            g = logv.reshape(len(RP_DESIGN), len(RH_DESIGN))
-            g = w_rp @ g @ w_rh.T
+            g = logv.reshape(len(RP_DESIGN), len(RH_DESIGN), len(RD_DESIGN))
+            g = np.einsum("bj,ck,dl,jkl->bcd", w_rp, w_rh, w_rd, g, optimize=True)
             sign = -1.0 if m == "output_tokens_per_s" else 1.0
-            full = g[None, :, :] + sign * np.log(np.asarray(KD_FIT))[:, None, None]
+            full = g[None] + sign * np.log(np.asarray(KD_FIT))[:, None, None, None]
         else:
-            g = logv.reshape(len(KD_DESIGN), len(RP_DESIGN), len(RH_DESIGN))
-            full = np.einsum("ai,bj,ck,ijk->abc", w_kd, w_rp, w_rh, g)
-        out[m] = full.ravel()
+            g = logv.reshape(len(KD_DESIGN), len(RP_DESIGN), len(RH_DESIGN), len(RD_DESIGN))
+            full = np.einsum("ai,bj,ck,dl,ijkl->abcd", w_kd, w_rp, w_rh, w_rd, g, optimize=True)
+        out[m] = np.round(full.ravel(), SURROGATE_DECIMALS)
     return out
 
 
@@ -324,7 +336,7 @@ class _Pools:
             return ServedTerms(), "none", "none"
         g = fit_grid()[best]
         return (ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s,
-                            dp_host_factor=g.dp_host_factor,
+                            dp_host_factor=g.dp_host_factor, request_s=g.request_s,
                             label=f"served corpus, pool {key}: {runs} runs, {docs} documents"), name, key)
 
     def inner_loss(self, excluded: frozenset, min_sources: int) -> float:
@@ -377,7 +389,8 @@ def corpus_fits(pts) -> tuple[dict[str, dict], int]:
                 continue
             g = fit_grid()[best]
             out[key] = {"pool": name, "k_decode": g.k_decode, "k_prefill": g.k_prefill, "host_ms":
-                        round(g.host_s * 1e3, 6), "dp_host_factor": g.dp_host_factor, "runs": runs,
+                        round(g.host_s * 1e3, 6), "dp_host_factor": g.dp_host_factor,
+                        "request_ms": round(g.request_s * 1e3, 6), "runs": runs,
                         "documents": docs}
     return out, need
 
@@ -414,7 +427,8 @@ def held_out_frame(runs, pts) -> pd.DataFrame:
                              "predicted": pred[metric], "log_error": math.log(pred[metric] / meas),
                              "before": base[metric], "pool": key, "k_decode": terms.k_decode,
                              "k_prefill": terms.k_prefill, "host_ms": terms.host_s * 1e3,
-                             "dp_host_factor": terms.dp_host_factor, "min_documents": need})
+                             "dp_host_factor": terms.dp_host_factor, "request_ms": terms.request_s * 1e3,
+                             "min_documents": need})
     return pd.DataFrame(rows)
 
 
@@ -576,7 +590,8 @@ def calibration_toml(cal: dict) -> str:
              "# [fit]: min_documents, the documents a class needs to be fitted on its own runs (chosen by leaving",
              "# one source out; else its pool);",
              "# [terms.\"POOL\"]: the terms fitted on a pool of runs (k_decode, k_prefill: kernel-time factors;",
-             "# host_ms: host milliseconds per scheduler step; dp_host_factor: its factor where DP ranks step together);",
+             "# host_ms: host milliseconds per scheduler step; dp_host_factor: its factor where DP ranks step together;",
+             "# request_ms: milliseconds each request pays outside the engine's steps);",
              "# [errors.\"CLASS\"]: 10th and 90th percentile of",
              "# held-out log errors log(predicted / measured); [summary.\"GROUP\"]: held-out |error| (%) over",
              "# output tokens/s and TPOT, and the kernels alone (before_*)."]
@@ -720,8 +735,10 @@ SGLANG_V4_COOKBOOK = "sgl-project/sglang:docs_new/src/snippets/configs/deepseek-
 
 def _low_latency_numbers(held: pd.DataFrame) -> dict:
     """The SGLang cookbook's DeepSeek-V4 runs of 16 concurrent requests, held out: their TPOT errors, the TPOT the
-    same simulation gives with prefill costing nothing over the measured one (median), and the measured TTFT at
-    16 concurrent requests over that at one of the same cell (median), as the validation chapter words them."""
+    same simulation gives with prefill costing nothing over the measured one (median), the measured TTFT at 16
+    concurrent requests over that at one of the same cell (median), the single-request TTFTs of DeepSeek-V4-Flash
+    across cards against how far apart the kernels price their prompts' prefill, and the request time these runs
+    were predicted with, as the validation chapter words them."""
     from dataclasses import replace
 
     from pdcalc.reality.served_runs import get, load
@@ -736,11 +753,17 @@ def _low_latency_numbers(held: pd.DataFrame) -> dict:
     for r in rows.itertuples():
         run = get(r.id)
         terms = ServedTerms(k_decode=r.k_decode, k_prefill=0.0, host_s=r.host_ms / 1e3,
-                            dp_host_factor=r.dp_host_factor)
+                            dp_host_factor=r.dp_host_factor, request_s=r.request_ms / 1e3)
         free.append(simulate(tables_of(run), terms).mean_tpot_s / r.measured)
         one = cells.get(replace(run.spec, workload=None))
         if one is not None:
             ttft.append(observed(run)["ttft_s"] / observed(one)["ttft_s"])
+    one = [r for r in cells.values() if r.spec.model == "deepseek-v4-flash"]
+    ttft1 = [observed(r)["ttft_s"] for r in one]
+    prompt_s = [tables_of(r).prefill.prompt_s for r in one]
     return {"served_ll16_tpot": _error_span(rows["log_error"]), "served_ll16_runs": len(rows),
             "served_ll16_noprefill": f"{100 * float(np.median(free)):.0f} %",
-            "served_ll_ttft_ratio": f"{float(np.median(ttft)):.1f}" if ttft else "not measured"}
+            "served_ll_ttft_ratio": f"{float(np.median(ttft)):.1f}" if ttft else "not measured",
+            "served_ll1_ttft": f"{min(ttft1):.2f} to {max(ttft1):.2f} s", "served_ll1_runs": len(one),
+            "served_ll1_prefill_ratio": f"{max(prompt_s) / min(prompt_s):.1f}",
+            "served_ll_request_ms": f"{float(np.median(rows['request_ms'])):.0f} ms"}

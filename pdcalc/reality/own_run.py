@@ -13,13 +13,15 @@ import pandas as pd
 from pdcalc.core.precision import round_sig
 from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTerms, served_tables
-from pdcalc.reality.calibration import (DIGITS, H0, KD_FIT, METRIC_WEIGHT, METRICS, RH_FIT, RP_FIT,
+from pdcalc.reality.calibration import (DIGITS, H0, KD_FIT, METRIC_WEIGHT, METRICS, RD_FIT, RH_FIT, RP_FIT,
                                         client_report, simulate_design, spec_homogeneous, steps_together,
                                         surrogate)
 
 #: Weight of the corpus terms in a one-run calibration: a tie-breaker, so that what one run cannot tell apart
 #: (its prefill factor when it printed no TTFT, say) stays at the corpus's value.
 PRIOR_WEIGHT = 0.002
+#: Offset of the request time's search coordinate (seconds): ``log(delta / k_d + D0)`` is searched.
+D0 = 1e-2
 
 
 @dataclass(frozen=True)
@@ -37,37 +39,39 @@ def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label
     """Terms fitted on one run of ``spec`` that measured ``measured`` (metric -> value in SI units, of
     :data:`METRICS`): the grid point of least weighted absolute log error, the distance from ``prior`` (the
     corpus's terms) weighted by :data:`PRIOR_WEIGHT` breaking ties, refined on the simulation itself. The DP host
-    factor stays the corpus's: one run cannot tell it from the host time."""
+    factor stays the corpus's: one run cannot tell it from the host time (nor, without a TTFT, the request time
+    from the prefill factor: the prior keeps it where the run cannot tell)."""
     t = served_tables(spec)
     f = prior.dp_host_factor if steps_together(spec) else 1.0
     rows = pd.DataFrame(simulate_design(t, label, homogeneous=spec_homogeneous(spec)))
     s = surrogate(rows, f)
     obj = sum(METRIC_WEIGHT[m] * np.abs(s[m] - math.log(v)) for m, v in measured.items())
-    kd = np.repeat(np.asarray(KD_FIT), len(RP_FIT) * len(RH_FIT))
-    rp = np.tile(np.repeat(np.asarray(RP_FIT), len(RH_FIT)), len(KD_FIT))
-    rh = np.tile(np.asarray(RH_FIT), len(KD_FIT) * len(RP_FIT))
+    grid = np.meshgrid(KD_FIT, RP_FIT, RH_FIT, RD_FIT, indexing="ij")
+    kd, rp, rh, rd = (np.asarray(a, float).ravel() for a in grid)
     p_rp, p_rh = prior.k_prefill / prior.k_decode, prior.host_s / prior.k_decode
+    p_rd = prior.request_s / prior.k_decode
     obj = obj + PRIOR_WEIGHT * (np.abs(np.log(kd / prior.k_decode)) + np.abs(np.log(rp / p_rp))
-                                + np.abs(np.log((rh + H0) / (p_rh + H0))))
+                                + np.abs(np.log((rh + H0) / (p_rh + H0))) + np.abs(np.log((rd + D0) / (p_rd + D0))))
     i = int(np.argmin(obj))
-    g_kd, g_rp, g_rh = float(kd[i]), float(rp[i]), float(rh[i])
 
-    def terms_at(kd_, rp_, rh_) -> ServedTerms:
-        return ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_, dp_host_factor=prior.dp_host_factor)
+    def terms_at(x) -> ServedTerms:             # x: log k_d, log k_p / k_d, log(h / k_d + H0), log(delta / k_d + D0)
+        kd_, rp_ = math.exp(x[0]), math.exp(x[1])
+        rh_, rd_ = max(math.exp(x[2]) - H0, 0.0), max(math.exp(x[3]) - D0, 0.0)
+        return ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_, dp_host_factor=prior.dp_host_factor,
+                           request_s=kd_ * rd_)
 
-    def loss(x) -> float:                       # x: log k_d, log k_p / k_d, log(h / k_d + H0)
-        kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
-        got = dict(zip(METRICS, client_report(t, terms_at(kd_, rp_, rh_))))
+    x_prior = [math.log(prior.k_decode), math.log(p_rp), math.log(p_rh + H0), math.log(p_rd + D0)]
+
+    def loss(x) -> float:
+        got = dict(zip(METRICS, client_report(t, terms_at(x))))
         return (sum(METRIC_WEIGHT[m] * abs(math.log(got[m] / v)) for m, v in measured.items())
-                + PRIOR_WEIGHT * (abs(x[0] - math.log(prior.k_decode)) + abs(x[1] - math.log(p_rp))
-                                  + abs(x[2] - math.log(p_rh + H0))))
+                + PRIOR_WEIGHT * sum(abs(a - b) for a, b in zip(x, x_prior)))
 
-    x = [math.log(g_kd), math.log(g_rp), math.log(g_rh + H0)]
-    x = _pattern_search(loss, x, step=0.16, last=0.01)
-    kd_, rp_, rh_ = math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0)
-    terms = ServedTerms(k_decode=round_sig(kd_, DIGITS), k_prefill=round_sig(kd_ * rp_, DIGITS),
-                        host_s=round_sig(kd_ * rh_ * 1e3, DIGITS) / 1e3, dp_host_factor=prior.dp_host_factor,
-                        label=f"calibrated on {label}")
+    x = [math.log(kd[i]), math.log(rp[i]), math.log(rh[i] + H0), math.log(rd[i] + D0)]
+    g = terms_at(_pattern_search(loss, x, step=0.16, last=0.01))
+    terms = ServedTerms(k_decode=round_sig(g.k_decode, DIGITS), k_prefill=round_sig(g.k_prefill, DIGITS),
+                        host_s=round_sig(g.host_s * 1e3, DIGITS) / 1e3, dp_host_factor=prior.dp_host_factor,
+                        request_s=round_sig(g.request_s * 1e3, DIGITS) / 1e3, label=f"calibrated on {label}")
     before = dict(zip(METRICS, client_report(t, prior)))
     after = dict(zip(METRICS, client_report(t, terms)))
     return OwnCalibration(terms=terms, prior=prior, measured=dict(measured), before=before, after=after)
@@ -112,11 +116,12 @@ def calibration_file(c: OwnCalibration, *, spec_path: str, result_path: str) -> 
 
     lines = ["# Served terms fitted on one measured run (pdcalc calibrate).", "[terms]",
              f"k_decode = {num(c.terms.k_decode)}", f"k_prefill = {num(c.terms.k_prefill)}",
-             f"host_ms = {num(c.terms.host_s * 1e3)}", f"dp_host_factor = {num(c.terms.dp_host_factor)}", "",
+             f"host_ms = {num(c.terms.host_s * 1e3)}", f"dp_host_factor = {num(c.terms.dp_host_factor)}",
+             f"request_ms = {num(c.terms.request_s * 1e3)}", "",
              "[run]", f"id = {json_str(result_path)}", f"spec = {json_str(spec_path)}", "", "[prior]",
              f"from = {json_str(c.prior.label)}", f"k_decode = {num(c.prior.k_decode)}",
              f"k_prefill = {num(c.prior.k_prefill)}", f"host_ms = {num(c.prior.host_s * 1e3)}",
-             f"dp_host_factor = {num(c.prior.dp_host_factor)}", ""]
+             f"dp_host_factor = {num(c.prior.dp_host_factor)}", f"request_ms = {num(c.prior.request_s * 1e3)}", ""]
     for title, d in (("measured", c.measured), ("predicted_before", c.before), ("predicted_after", c.after)):
         lines.append(f"[{title}]")
         lines.extend(f"{k} = {num(v)}" for k, v in d.items() if k in c.measured)

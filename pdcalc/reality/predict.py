@@ -5,7 +5,7 @@ class (vendor, engine, model family; :mod:`pdcalc.reality.calibration`, fitted o
 or at a user's own calibration (:func:`load_calibration`, written by ``pdcalc calibrate``). Each figure carries
 the 80 % range its class's held-out errors give (vendor x metric x model family, pooled where thin). The kernels
 alone (the published costs with no served terms) are given beside it as the hardware's bound: what the engine
-would reach at its kernels' unit-test speed and no host time.
+would reach at its kernels' unit-test speed and no host or request time.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from pdcalc.perf.served import ServedTables, ServedTerms, served_tables, steady_
 from pdcalc.reality.calibration import POOLS, error_class_keys, pool_key, stored
 
 #: What a calibration file holds (``pdcalc calibrate -o FILE``): each field's allowed range and its default
-#: (``None``: required; files written before the DP host factor existed have none, which reads as 1).
+#: (``None``: required; files written before the DP host factor or the request time existed have none, which
+#: reads as 1 and 0).
 CALIBRATION_FIELDS = {"k_decode": (0.01, 100.0, None), "k_prefill": (0.01, 100.0, None),
-                      "host_ms": (0.0, 10_000.0, None), "dp_host_factor": (1.0, 100.0, 1.0)}
+                      "host_ms": (0.0, 10_000.0, None), "dp_host_factor": (1.0, 100.0, 1.0),
+                      "request_ms": (0.0, 100_000.0, 0.0)}
 CALIBRATION_KEYS = tuple(k for k, (_, _, default) in CALIBRATION_FIELDS.items() if default is None)
 
 
@@ -75,7 +77,7 @@ class ServedPrediction:
                 "range": "80 % range: the 10th to 90th percentile of held-out errors of "
                          + (self.tpot_ms.range_from if self.tpot_ms else "its class"),
                 "bound": {"output_tokens_per_s": self.bound_output_tokens_per_s, "tpot_ms": self.bound_tpot_ms,
-                          "what": "the published kernel costs alone, no host time: the hardware's bound"},
+                          "what": "the published kernel costs alone, no host or request time: the hardware's bound"},
                 "terms": self.terms.as_dict(),
                 "mtp_acceptance": self.acceptance, "cost_sources": list(self.cost_sources)}
 
@@ -102,7 +104,7 @@ def stored_terms(cls: tuple[str, str, str]) -> ServedTerms:
         if key in terms:
             t = terms[key]
             return ServedTerms(k_decode=t["k_decode"], k_prefill=t["k_prefill"], host_s=t["host_ms"] / 1e3,
-                               dp_host_factor=t["dp_host_factor"],
+                               dp_host_factor=t["dp_host_factor"], request_s=t.get("request_ms", 0.0) / 1e3,
                                label=f"served corpus, pool {key} ({t['runs']} runs, {t['documents']} documents)")
     return ServedTerms()
 
@@ -138,7 +140,7 @@ def load_calibration(path) -> ServedTerms:
         vals[key] = float(v)
     run = data.get("run", {}).get("id", source) if isinstance(data.get("run"), dict) else source
     return ServedTerms(k_decode=vals["k_decode"], k_prefill=vals["k_prefill"], host_s=vals["host_ms"] / 1e3,
-                       dp_host_factor=vals["dp_host_factor"], label=f"calibrated on {run}")
+                       dp_host_factor=vals["dp_host_factor"], request_s=vals["request_ms"] / 1e3, label=f"calibrated on {run}")
 
 
 def _sources(t: ServedTables) -> tuple[str, ...]:
