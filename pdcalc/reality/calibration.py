@@ -733,12 +733,18 @@ def _window_pool_numbers(held: pd.DataFrame) -> dict:
 SGLANG_V4_COOKBOOK = "sgl-project/sglang:docs_new/src/snippets/configs/deepseek-ai/deepseek-v4-benchmarks.jsx"
 
 
+def _span_s(seconds: list[float]) -> str:
+    """Seconds at two decimals: "0.32 to 0.48 s" (one figure where they round the same)."""
+    lo, hi = f"{min(seconds):.2f}", f"{max(seconds):.2f}"
+    return f"{lo} s" if lo == hi else f"{lo} to {hi} s"
+
+
 def _low_latency_numbers(held: pd.DataFrame) -> dict:
     """The SGLang cookbook's DeepSeek-V4 runs of 16 concurrent requests, held out: their TPOT errors, the TPOT the
     same simulation gives with prefill costing nothing over the measured one (median), the measured TTFT at 16
     concurrent requests over that at one of the same cell (median), the single-request TTFTs of DeepSeek-V4-Flash
-    across cards against how far apart the kernels price their prompts' prefill, and the request time these runs
-    were predicted with, as the validation chapter words them."""
+    on the cards whose prompt the kernels price longest and shortest (and how far apart), and the request time
+    these runs were predicted with, as the validation chapter words them."""
     from dataclasses import replace
 
     from pdcalc.reality.served_runs import get, load
@@ -758,12 +764,16 @@ def _low_latency_numbers(held: pd.DataFrame) -> dict:
         one = cells.get(replace(run.spec, workload=None))
         if one is not None:
             ttft.append(observed(run)["ttft_s"] / observed(one)["ttft_s"])
-    one = [r for r in cells.values() if r.spec.model == "deepseek-v4-flash"]
-    ttft1 = [observed(r)["ttft_s"] for r in one]
-    prompt_s = [tables_of(r).prefill.prompt_s for r in one]
+    one = [(tables_of(r).prefill.prompt_s, observed(r)["ttft_s"], r.spec.card.upper()) for r in cells.values()
+           if r.spec.model == "deepseek-v4-flash"]
+    slow, fast = max(one)[0], min(one)[0]
+    fast_ttft = [t for p, t, _ in one if p == fast]
     return {"served_ll16_tpot": _error_span(rows["log_error"]), "served_ll16_runs": len(rows),
             "served_ll16_noprefill": f"{100 * float(np.median(free)):.0f} %",
             "served_ll_ttft_ratio": f"{float(np.median(ttft)):.1f}" if ttft else "not measured",
-            "served_ll1_ttft": f"{min(ttft1):.2f} to {max(ttft1):.2f} s", "served_ll1_runs": len(one),
-            "served_ll1_prefill_ratio": f"{max(prompt_s) / min(prompt_s):.1f}",
+            "served_ll1_runs": len(one), "served_ll1_prefill_ratio": f"{slow / fast:.1f}",
+            "served_ll1_slow": ", ".join(sorted({c for p, _, c in one if p == slow})),
+            "served_ll1_slow_ttft": _span_s([t for p, t, _ in one if p == slow]),
+            "served_ll1_fast": ", ".join(sorted({c for p, _, c in one if p == fast})),
+            "served_ll1_fast_ttft": _span_s(fast_ttft),
             "served_ll_request_ms": f"{float(np.median(rows['request_ms'])):.0f} ms"}

@@ -140,7 +140,8 @@ def load_calibration(path) -> ServedTerms:
         vals[key] = float(v)
     run = data.get("run", {}).get("id", source) if isinstance(data.get("run"), dict) else source
     return ServedTerms(k_decode=vals["k_decode"], k_prefill=vals["k_prefill"], host_s=vals["host_ms"] / 1e3,
-                       dp_host_factor=vals["dp_host_factor"], request_s=vals["request_ms"] / 1e3, label=f"calibrated on {run}")
+                       dp_host_factor=vals["dp_host_factor"], request_s=vals["request_ms"] / 1e3,
+                       label=f"calibrated on {run}")
 
 
 def _sources(t: ServedTables) -> tuple[str, ...]:
