@@ -53,12 +53,12 @@ from pdcalc.perf.served import ServedTables, ServedTerms, role_dp, served_tables
 KD_DESIGN = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 RP_DESIGN = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 RH_DESIGN = (0.0, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
-RD_DESIGN = (0.0, 0.1, 0.2, 0.4)
+RD_DESIGN = (0.0, 0.1, 0.2, 0.4, 0.8)
 #: The grid the fit searches (interpolated from the design).
 KD_FIT = tuple(float(x) for x in np.round(np.geomspace(0.5, 16.0, 31), 4))
 RP_FIT = tuple(float(x) for x in np.round(np.geomspace(0.25, 8.0, 16), 4))
 RH_FIT = (0.0, *(float(x) for x in np.round(np.geomspace(3e-4, 3e-2, 13), 6)))
-RD_FIT = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
+RD_FIT = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8)
 #: The host-time factor of a role whose DP ranks step together (at the prefill ratio's resolution; its largest
 #: times the largest ``h / k_d`` is inside the design).
 F_FIT = tuple(float(x) for x in np.round(np.geomspace(1.0, 8.0, 10), 4))
