@@ -482,7 +482,9 @@ def test_calibrate_refuses_a_result_of_another_workload(tmp_path):
 @pytest.mark.parametrize("body, field", [("", "[terms]"), ("[terms]\nk_decode = 2\nk_prefill = 1\n", "host_ms"),
                                          ("[terms]\nk_decode = -1\nk_prefill = 1\nhost_ms = 1\n", "k_decode"),
                                          ("[terms]\nk_decode = 1\nk_prefill = 1\nhost_ms = 1\ndp_host_factor = 0.5\n",
-                                          "dp_host_factor")])
+                                          "dp_host_factor"),
+                                         ("[terms]\nk_decode = 1\nk_prefill = 1\nhost_ms = 1\nrequest_ms = -5\n",
+                                          "request_ms")])
 def test_a_bad_calibration_file_is_one_line(tmp_path, body, field):
     f = tmp_path / "c.toml"
     f.write_text(body)
@@ -499,6 +501,9 @@ def test_a_calibration_file_without_the_dp_host_factor_reads_as_one(tmp_path):
     assert t.host_for(8) == t.host_s
     f.write_text("[terms]\nk_decode = 1.5\nk_prefill = 2\nhost_ms = 4\ndp_host_factor = 2.5\n")
     assert load_calibration(f).host_for(8) == pytest.approx(0.01)
+    assert load_calibration(f).request_s == 0.0             # nor a request time: none
+    f.write_text("[terms]\nk_decode = 1.5\nk_prefill = 2\nhost_ms = 4\nrequest_ms = 120\n")
+    assert load_calibration(f).request_s == pytest.approx(0.12)
 
 
 def test_validate_lists_every_held_out_prediction():
