@@ -268,7 +268,7 @@ class _Sim:
             return float(w.prompt), float(w.output)
         if self.drawn is None:
             self.drawn = client_lengths(w, self.n)
-        p, o = self.drawn[(self.sent) % len(self.drawn)]
+        p, o = self.drawn[self.sent % len(self.drawn)]
         return float(p), float(o)
 
     def send(self) -> None:

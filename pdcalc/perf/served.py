@@ -121,6 +121,15 @@ class ServedTerms:
         return {"k_decode": self.k_decode, "k_prefill": self.k_prefill, "host_ms": self.host_s * 1e3,
                 "dp_host_factor": self.dp_host_factor, "request_ms": self.request_s * 1e3, "from": self.label}
 
+    @classmethod
+    def from_dict(cls, d, label: str | None = None) -> ServedTerms:
+        """Terms from a mapping in :meth:`as_dict`'s fields (host and request times in milliseconds; a missing
+        ``dp_host_factor`` reads as 1 and a missing ``request_ms`` as 0): a calibration file, the stored corpus
+        fit or a held-out row."""
+        return cls(k_decode=d["k_decode"], k_prefill=d["k_prefill"], host_s=d["host_ms"] / 1e3,
+                   dp_host_factor=d.get("dp_host_factor", 1.0), request_s=d.get("request_ms", 0.0) / 1e3,
+                   label=cls.label if label is None else label)
+
     def host_text(self) -> str:
         """The host time in words: per step, and where DP ranks step together."""
         ms = f"{self.host_s * 1e3:.3g} ms per step"

@@ -216,12 +216,21 @@ N_BASE = len(KD_FIT) * len(RP_FIT) * len(RH_FIT) * len(RD_FIT)
 
 
 @cache
-def fit_grid() -> tuple[ServedTerms, ...]:
-    """The candidates the fit searches: the kernel factors, host time and request time (in the order of
-    :func:`surrogate`'s flattened arrays), each at every ``f`` of :data:`F_FIT` (the fastest-varying)."""
-    return tuple(ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, dp_host_factor=f, request_s=kd * rd,
-                             label="grid")
-                 for kd in KD_FIT for rp in RP_FIT for rh in RH_FIT for rd in RD_FIT for f in F_FIT)
+def fit_axes() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``k_d``, ``k_p / k_d``, ``h / k_d`` and ``delta / k_d`` of every candidate of the fit grid without ``f``, in
+    the order of :func:`surrogate`'s flattened arrays (kd x rp x rh x rd)."""
+    grid = np.meshgrid(KD_FIT, RP_FIT, RH_FIT, RD_FIT, indexing="ij")
+    return tuple(np.asarray(a, float).ravel() for a in grid)
+
+
+def grid_terms(index: int, label: str = "grid") -> ServedTerms:
+    """Candidate ``index`` of the fit grid: the candidates of :func:`fit_axes`, each at every ``f`` of
+    :data:`F_FIT` (the fastest-varying), flattened as :func:`_objective` flattens its loss."""
+    i_kd, i_rp, i_rh, i_rd, i_f = np.unravel_index(index, (len(KD_FIT), len(RP_FIT), len(RH_FIT), len(RD_FIT),
+                                                            len(F_FIT)))
+    kd = KD_FIT[i_kd]
+    return ServedTerms(k_decode=kd, k_prefill=kd * RP_FIT[i_rp], host_s=kd * RH_FIT[i_rh],
+                       dp_host_factor=F_FIT[i_f], request_s=kd * RD_FIT[i_rd], label=label)
 
 
 def steps_together(spec) -> bool:
@@ -285,7 +294,7 @@ def make_points(runs, design: pd.DataFrame) -> tuple[Point, ...]:
 
 # ------------------------------------------------------------------------------ fitting
 def _objective(pts) -> np.ndarray:
-    """The fit's loss at every candidate of :func:`fit_grid` (flattened)."""
+    """The fit's loss at every candidate of the fit grid (flattened, :func:`grid_terms`)."""
     n_src: dict = {}
     for p in pts:
         n_src[p.source_id] = n_src.get(p.source_id, 0) + 1
@@ -307,7 +316,7 @@ class _Pools:
 
     def pool(self, excluded: frozenset, cls: tuple[str, str, str], fields: tuple[int, ...]) -> tuple:
         """One pool of class ``cls`` (the fields of :data:`POOLS` it keeps) without the documents ``excluded``:
-        its best index in :func:`fit_grid` (None below :data:`MIN_SOURCES_CHOICES`' least), runs and documents."""
+        its best index in the fit grid (:func:`grid_terms`; None below :data:`MIN_SOURCES_CHOICES`' least), runs and documents."""
         key = (excluded, pool_key(cls, fields))
         if key not in self._memo:
             pool = [p for p in self.pts
@@ -320,7 +329,7 @@ class _Pools:
     def index(self, excluded: frozenset, cls: tuple[str, str, str], min_sources: int):
         """The fit of class ``cls`` without the documents ``excluded``: on the first pool of :data:`POOLS` whose
         runs come from at least ``min_sources`` documents (one of :data:`MIN_SOURCES_CHOICES`). Its index in
-        :func:`fit_grid` (None where no pool qualifies), the pool's name and key, its runs and documents."""
+        the fit grid (:func:`grid_terms`; None where no pool qualifies), the pool's name and key, its runs and documents."""
         if min_sources not in MIN_SOURCES_CHOICES:
             raise ValueError(f"min_sources must be one of {MIN_SOURCES_CHOICES}, got {min_sources!r}")
         for name, fields in POOLS:
@@ -334,10 +343,7 @@ class _Pools:
         best, name, key, runs, docs = self.index(excluded, cls, min_sources)
         if best is None:
             return ServedTerms(), "none", "none"
-        g = fit_grid()[best]
-        return (ServedTerms(k_decode=g.k_decode, k_prefill=g.k_prefill, host_s=g.host_s,
-                            dp_host_factor=g.dp_host_factor, request_s=g.request_s,
-                            label=f"served corpus, pool {key}: {runs} runs, {docs} documents"), name, key)
+        return grid_terms(best, f"served corpus, pool {key}: {runs} runs, {docs} documents"), name, key
 
     def inner_loss(self, excluded: frozenset, min_sources: int) -> float:
         """Leave one source out among the documents not ``excluded``: the fit's objective (:func:`_objective`,
@@ -387,7 +393,7 @@ def corpus_fits(pts) -> tuple[dict[str, dict], int]:
             best, runs, docs = pools.pool(frozenset(), cls, fields)
             if key in out or docs < need:
                 continue
-            g = fit_grid()[best]
+            g = grid_terms(best)
             out[key] = {"pool": name, "k_decode": g.k_decode, "k_prefill": g.k_prefill, "host_ms":
                         round(g.host_s * 1e3, 6), "dp_host_factor": g.dp_host_factor,
                         "request_ms": round(g.request_s * 1e3, 6), "runs": runs,
@@ -758,12 +764,11 @@ def _low_latency_numbers(held: pd.DataFrame) -> dict:
     free, ttft = [], []
     for r in rows.itertuples():
         run = get(r.id)
-        terms = ServedTerms(k_decode=r.k_decode, k_prefill=0.0, host_s=r.host_ms / 1e3,
-                            dp_host_factor=r.dp_host_factor, request_s=r.request_ms / 1e3)
-        free.append(simulate(tables_of(run), terms).mean_tpot_s / r.measured)
-        one = cells.get(replace(run.spec, workload=None))
-        if one is not None:
-            ttft.append(observed(run)["ttft_s"] / observed(one)["ttft_s"])
+        free_prefill = replace(ServedTerms.from_dict(r._asdict()), k_prefill=0.0)
+        free.append(simulate(tables_of(run), free_prefill).mean_tpot_s / r.measured)
+        single = cells.get(replace(run.spec, workload=None))
+        if single is not None:
+            ttft.append(observed(run)["ttft_s"] / observed(single)["ttft_s"])
     one = [(tables_of(r).prefill.prompt_s, observed(r)["ttft_s"], r.spec.card.upper()) for r in cells.values()
            if r.spec.model == "deepseek-v4-flash"]
     slow, fast = max(one)[0], min(one)[0]

@@ -13,9 +13,8 @@ import pandas as pd
 from pdcalc.core.precision import round_sig
 from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTerms, served_tables
-from pdcalc.reality.calibration import (DIGITS, H0, KD_FIT, METRIC_WEIGHT, METRICS, RD_FIT, RH_FIT, RP_FIT,
-                                        client_report, simulate_design, spec_homogeneous, steps_together,
-                                        surrogate)
+from pdcalc.reality.calibration import (DIGITS, H0, METRIC_WEIGHT, METRICS, client_report, fit_axes,
+                                        simulate_design, spec_homogeneous, steps_together, surrogate)
 
 #: Weight of the corpus terms in a one-run calibration: a tie-breaker, so that what one run cannot tell apart
 #: (its prefill factor when it printed no TTFT, say) stays at the corpus's value.
@@ -46,8 +45,7 @@ def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label
     rows = pd.DataFrame(simulate_design(t, label, homogeneous=spec_homogeneous(spec)))
     s = surrogate(rows, f)
     obj = sum(METRIC_WEIGHT[m] * np.abs(s[m] - math.log(v)) for m, v in measured.items())
-    grid = np.meshgrid(KD_FIT, RP_FIT, RH_FIT, RD_FIT, indexing="ij")
-    kd, rp, rh, rd = (np.asarray(a, float).ravel() for a in grid)
+    kd, rp, rh, rd = fit_axes()
     p_rp, p_rh = prior.k_prefill / prior.k_decode, prior.host_s / prior.k_decode
     p_rd = prior.request_s / prior.k_decode
     obj = obj + PRIOR_WEIGHT * (np.abs(np.log(kd / prior.k_decode)) + np.abs(np.log(rp / p_rp))
@@ -114,14 +112,12 @@ def calibration_file(c: OwnCalibration, *, spec_path: str, result_path: str) -> 
     def num(x: float) -> str:
         return repr(round_sig(float(x), DIGITS))
 
-    lines = ["# Served terms fitted on one measured run (pdcalc calibrate).", "[terms]",
-             f"k_decode = {num(c.terms.k_decode)}", f"k_prefill = {num(c.terms.k_prefill)}",
-             f"host_ms = {num(c.terms.host_s * 1e3)}", f"dp_host_factor = {num(c.terms.dp_host_factor)}",
-             f"request_ms = {num(c.terms.request_s * 1e3)}", "",
+    def fields(terms: ServedTerms) -> list[str]:
+        return [f"{k} = {num(v)}" for k, v in terms.as_dict().items() if k != "from"]
+
+    lines = ["# Served terms fitted on one measured run (pdcalc calibrate).", "[terms]", *fields(c.terms), "",
              "[run]", f"id = {json_str(result_path)}", f"spec = {json_str(spec_path)}", "", "[prior]",
-             f"from = {json_str(c.prior.label)}", f"k_decode = {num(c.prior.k_decode)}",
-             f"k_prefill = {num(c.prior.k_prefill)}", f"host_ms = {num(c.prior.host_s * 1e3)}",
-             f"dp_host_factor = {num(c.prior.dp_host_factor)}", f"request_ms = {num(c.prior.request_s * 1e3)}", ""]
+             f"from = {json_str(c.prior.label)}", *fields(c.prior), ""]
     for title, d in (("measured", c.measured), ("predicted_before", c.before), ("predicted_after", c.after)):
         lines.append(f"[{title}]")
         lines.extend(f"{k} = {num(v)}" for k, v in d.items() if k in c.measured)

@@ -103,9 +103,8 @@ def stored_terms(cls: tuple[str, str, str]) -> ServedTerms:
         key = pool_key(cls, fields)
         if key in terms:
             t = terms[key]
-            return ServedTerms(k_decode=t["k_decode"], k_prefill=t["k_prefill"], host_s=t["host_ms"] / 1e3,
-                               dp_host_factor=t["dp_host_factor"], request_s=t.get("request_ms", 0.0) / 1e3,
-                               label=f"served corpus, pool {key} ({t['runs']} runs, {t['documents']} documents)")
+            return ServedTerms.from_dict(t, label=f"served corpus, pool {key} ({t['runs']} runs, {t['documents']} "
+                                                  "documents)")
     return ServedTerms()
 
 
@@ -139,9 +138,7 @@ def load_calibration(path) -> ServedTerms:
             raise ConfigError(source, f"[terms] {key}", f"must be a number from {lo:g} to {hi:g}, got {v!r}")
         vals[key] = float(v)
     run = data.get("run", {}).get("id", source) if isinstance(data.get("run"), dict) else source
-    return ServedTerms(k_decode=vals["k_decode"], k_prefill=vals["k_prefill"], host_s=vals["host_ms"] / 1e3,
-                       dp_host_factor=vals["dp_host_factor"], request_s=vals["request_ms"] / 1e3,
-                       label=f"calibrated on {run}")
+    return ServedTerms.from_dict(vals, label=f"calibrated on {run}")
 
 
 def _sources(t: ServedTables) -> tuple[str, ...]:
