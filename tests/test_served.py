@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ import pytest
 from cli_harness import run_cli
 from pdcalc.core.errors import ConfigError
 from pdcalc.layout.served import client_lengths, spec_from_dict
-from pdcalc.perf.scheduler import simulate
+from pdcalc.perf.scheduler import _Instance, simulate
 from pdcalc.perf.served import ServedTerms, chunk_s, served_tables
 from pdcalc.reality import calibration as cal
 from pdcalc.reality import own_run
@@ -239,10 +240,11 @@ def test_min_length_ratio_is_checked():
 # ------------------------------------------------------------------------------ the stored fit
 def test_stored_design_is_what_the_simulation_gives():
     """A sample of the stored design re-simulated: stale when the corpus, the step or the simulation changed
-    (then run tools/calibrate_corpus.py)."""
+    (then run tools/calibrate_corpus.py). The sample holds a run whose launch enables SGLang's prefill delayer."""
     design = cal.stored_design()
     ids = sorted(design["id"].unique())
-    for rid in (ids[0], ids[len(ids) // 3], ids[2 * len(ids) // 3], ids[-1]):
+    delayed = next(r.id for r in cal.predictable_runs() if r.spec.serve and r.spec.serve.prefill_delay_passes)
+    for rid in (ids[0], ids[len(ids) // 3], ids[2 * len(ids) // 3], ids[-1], delayed):
         rows = design[design["id"] == rid]
         row = rows.iloc[len(rows) // 2]
         t = cal.tables_of(get(rid))
@@ -665,10 +667,35 @@ def test_memory_utilization_sets_the_kv_room_as_each_engine_reads_it():
     assert fraction != sv.UTILIZATION
 
 
+def test_prefill_delayer_rules():
+    """SGLang's PrefillDelayer._negotiate_should_allow_prefill_pure, pass by pass, on an instance of two ranks of
+    at most four running requests each, whose ranks have prefilled at most three requests in one step so far:
+    - some ranks, not all, have prompts waiting ("mixed"): held for up to the launch's passes;
+    - every rank has ("all"): held while the fullest rank has fewer free slots than that largest prefill batch,
+      with no limit on passes, except the first time that happens;
+    - nobody decodes, or nobody waits: nothing is held."""
+    inst = _Instance.__new__(_Instance)
+    inst.sim = SimpleNamespace(cap=4)
+    inst.lanes = [SimpleNamespace(batch=[1, 2, 3]), SimpleNamespace(batch=[1])]
+    inst.delay, inst.delayed, inst.max_prefill_bs, inst.skipped_first = 30, 0, 3, False
+    assert inst._held([(3, 0.0), (1, 500.0)]) == 29
+    inst.delayed = 29
+    assert inst._held([(3, 0.0), (1, 500.0)]) == 0 and inst.delayed == 0
+    both = [(3, 100.0), (1, 500.0)]
+    assert inst._held(both) == 0 and inst.skipped_first
+    assert inst._held(both) == math.inf
+    inst.lanes[0].batch = [1]
+    assert inst._held(both) == 0
+    assert inst._held([(1, 0.0), (1, 0.0)]) == 0
+    inst.lanes = [SimpleNamespace(batch=[]), SimpleNamespace(batch=[])]
+    assert inst._held([(0, 0.0), (0, 500.0)]) == 0
+
+
 def test_prefill_delayer_holds_prompts_until_every_dp_rank_has_some():
-    """SGLang's --enable-prefill-delayer is checked (co-located SGLang with DP attention only); one pass is no
-    delay at all, and holding waiting prompts until the DP ranks prefill together stalls the decode batch less
-    often: more output, shorter TPOT (over six waves of requests, so that no one draw of lengths decides it)."""
+    """SGLang's --enable-prefill-delayer is checked (co-located SGLang with DP attention only); one pass holds
+    no prompt here (the ranks never run short of free request slots), and holding waiting prompts until the DP
+    ranks prefill together stalls the decode batch less often: more output, shorter TPOT (over six waves of
+    requests, so that no one draw of lengths decides it)."""
     work = {"prompt": 4000, "output": 300, "concurrency": 96, "num_prompts": 576, "min_length_ratio": 0.0}
     serve = {"tp": 1, "dp": 8, "ep": 8}
     for engine, role, where in (("vllm", "serve", r"\[serve\] prefill_delay_passes"),

@@ -10,7 +10,9 @@ with nothing to do runs an empty one. Co-located ranks schedule prefill as their
 (:data:`pdcalc.layout.served.SERVING_ENGINES`): a chunk of waiting prompts beside the decode batch within the
 token budget (``mixed``), or a step of waiting prompts on its own while the decode batch waits
 (``prefill-first``). SGLang's prefill delayer (``prefill_delay_passes``) holds a rank's waiting prompts, the
-ranks decoding meanwhile, until every rank of the instance has prompts to prefill or the passes run out.
+ranks decoding meanwhile, until every rank of the instance has prompts to prefill or the passes run out; once
+every rank has, it holds them, with no limit on passes, until the fullest rank has as many free request slots as
+the most requests a rank has yet prefilled in one step.
 Disaggregated prefill ranks batch whole prompts up to their budget and sequence cap, and each request then waits
 for its KV transfer and a decode rank with room. A request reaches the engine's scheduler ``request_s`` after
 the client sends it (:data:`pdcalc.perf.served.REQUEST_SOURCES`): its TTFT includes that time, and a closed
@@ -77,6 +79,17 @@ class _Lane:
         return len(self.batch) + len(self.queue)
 
 
+def _requests_in(queue, chunk: float) -> int:
+    """Requests of a rank's waiting ``queue`` a prefill step of ``chunk`` tokens takes (the last in part)."""
+    n, left = 0, chunk
+    for q in queue:
+        if left <= 1e-9:
+            break
+        n += 1
+        left -= q[1]
+    return n
+
+
 class _Instance:
     """One instance of the serving role: its DP ranks step together (the MoE layers of one step span them all,
     so a step lasts as long as its slowest rank's, and a rank with nothing to do runs an empty step)."""
@@ -90,6 +103,8 @@ class _Instance:
         serve = sim.t.spec.serve
         self.delay = serve.prefill_delay_passes if serve is not None and dp > 1 else None
         self.delayed = 0                    # passes the prefill delayer has held waiting prompts so far
+        self.max_prefill_bs = 0             # most requests a rank has prefilled in one step so far
+        self.skipped_first = False          # the delayer lets its first slot wait pass (skip_first_delayer)
         sim.env.process(self.run())
 
     def notify(self) -> None:
@@ -138,13 +153,29 @@ class _Instance:
                 if q[0].left > 1e-9:
                     lane.batch.append(q[0])
 
-    def _held(self, plans: list[tuple[int, float]]) -> int:
-        """Passes SGLang's prefill delayer still holds the waiting prompts (0: they run now). It holds them while
-        some ranks, not all, have prompts to prefill and some rank has sequences to decode, for at most
-        ``prefill_delay_passes`` passes in a row (``PrefillDelayer._negotiate_should_allow_prefill``: "mixed" is
-        delayed, "all" or a timeout is allowed)."""
+    def _held(self, plans: list[tuple[int, float]]) -> float:
+        """Passes SGLang's prefill delayer still holds the waiting prompts (0: they run now; ``inf``: until a
+        request finishes), while some rank has sequences to decode (``PrefillDelayer._negotiate_should_allow_prefill``,
+        sglang 0.5.15):
+
+        - some ranks, not all, have prompts to prefill ("mixed"): held for at most ``prefill_delay_passes``
+          passes in a row, then allowed ("wait_timeout");
+        - every rank has ("all"): held while the fullest rank's free request slots are fewer than the most
+          requests a rank has prefilled in one step so far ('slot_condition = max_running_requests -
+          global_running_batch_max < global_max_prefill_bs_max'), with no limit on passes, except the first
+          time (``skip_first_delayer``)."""
         waiting = sum(1 for _, chunk in plans if chunk)
-        if self.delay is None or waiting in (0, len(plans)) or not any(ln.batch for ln in self.lanes):
+        if self.delay is None or waiting == 0 or not any(ln.batch for ln in self.lanes):
+            self.delayed = 0
+            return 0
+        if waiting == len(plans):
+            # "all": held, with no limit on passes, while the fullest rank has fewer free request slots than the
+            # most requests a rank has prefilled in one step (slot_condition), but for the first time
+            free = self.sim.cap - max(len(ln.batch) for ln in self.lanes)
+            if free < self.max_prefill_bs:
+                if self.skipped_first:
+                    return math.inf
+                self.skipped_first = True
             self.delayed = 0
             return 0
         left = self.delay - 1 - self.delayed
@@ -172,6 +203,7 @@ class _Instance:
                     if b:
                         self._advance(ln, 1)
                     if chunk:
+                        self.max_prefill_bs = max(self.max_prefill_bs, _requests_in(ln.queue, chunk))
                         self._prefilled(ln, chunk)
                 continue
             # decode steps alike on every rank until the next finish, or until woken by an arrival
