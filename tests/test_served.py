@@ -16,7 +16,7 @@ import pytest
 from cli_harness import run_cli
 from pdcalc.core.errors import ConfigError
 from pdcalc.layout.served import client_lengths, spec_from_dict
-from pdcalc.perf.scheduler import _Instance, simulate
+from pdcalc.perf.scheduler import _Delayer, simulate
 from pdcalc.perf.served import ServedTerms, chunk_s, served_tables
 from pdcalc.reality import calibration as cal
 from pdcalc.reality import own_run
@@ -674,21 +674,21 @@ def test_prefill_delayer_rules():
     - every rank has ("all"): held while the fullest rank has fewer free slots than that largest prefill batch,
       with no limit on passes, except the first time that happens;
     - nobody decodes, or nobody waits: nothing is held."""
-    inst = _Instance.__new__(_Instance)
-    inst.sim = SimpleNamespace(cap=4)
-    inst.lanes = [SimpleNamespace(batch=[1, 2, 3]), SimpleNamespace(batch=[1])]
-    inst.delay, inst.delayed, inst.max_prefill_bs, inst.skipped_first = 30, 0, 3, False
-    assert inst._held([(3, 0.0), (1, 500.0)]) == 29
-    inst.delayed = 29
-    assert inst._held([(3, 0.0), (1, 500.0)]) == 0 and inst.delayed == 0
+    d = _Delayer(30)
+    d.prefilled(3)
+    d.prefilled(2)
+    lanes = [SimpleNamespace(batch=[1, 2, 3]), SimpleNamespace(batch=[1])]
+    assert d.held(lanes, [(3, 0.0), (1, 500.0)], 4) == 29
+    d.delayed = 29
+    assert d.held(lanes, [(3, 0.0), (1, 500.0)], 4) == 0 and d.delayed == 0
     both = [(3, 100.0), (1, 500.0)]
-    assert inst._held(both) == 0 and inst.skipped_first
-    assert inst._held(both) == math.inf
-    inst.lanes[0].batch = [1]
-    assert inst._held(both) == 0
-    assert inst._held([(1, 0.0), (1, 0.0)]) == 0
-    inst.lanes = [SimpleNamespace(batch=[]), SimpleNamespace(batch=[])]
-    assert inst._held([(0, 0.0), (0, 500.0)]) == 0
+    assert d.held(lanes, both, 4) == 0 and d.skipped_first
+    assert d.held(lanes, both, 4) == math.inf
+    lanes[0].batch = [1]
+    assert d.held(lanes, both, 4) == 0
+    assert d.held(lanes, [(1, 0.0), (1, 0.0)], 4) == 0
+    idle = [SimpleNamespace(batch=[]), SimpleNamespace(batch=[])]
+    assert d.held(idle, [(0, 0.0), (0, 500.0)], 4) == 0
 
 
 def test_prefill_delayer_holds_prompts_until_every_dp_rank_has_some():

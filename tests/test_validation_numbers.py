@@ -76,3 +76,18 @@ def test_a_lone_requests_ttft_does_not_follow_its_prefill():
     rows = held[(held["source_id"] == cal.SGLANG_V4_COOKBOOK) & (held["metric"] == "tpot_s")]
     rows = rows[rows["id"].map(lambda i: get(i).spec.workload.concurrency == 16)]
     assert k["served_ll_request_ms"] == f"{float(np.median(rows['request_ms'])):.0f} ms"
+
+
+def test_the_delayer_runs_errors():
+    """The runs whose launch turns on SGLang's prefill delayer: every one is a co-located SGLang run of DP ranks,
+    and the glued spans are their held-out errors."""
+    held = _held()
+    k = cal._delayer_numbers(held)
+    ids = {r.id for r in cal.predictable_runs() if r.spec.serve and r.spec.serve.prefill_delay_passes}
+    assert k["served_delayer_runs"] == len(ids) > 0
+    for m in ("tpot_s", "output_tokens_per_s"):
+        errs = held[held["id"].isin(ids) & (held["metric"] == m)]["log_error"]
+        lo, hi = (100 * (math.exp(e) - 1) for e in (errs.min(), errs.max()))
+        assert k[f"served_delayer_{m}"] == f"{lo:+.0f} % to {hi:+.0f} %"
+    for i in ids:
+        assert get(i).spec.engine == "sglang" and get(i).spec.serve.dp > 1

@@ -90,6 +90,47 @@ def _requests_in(queue, chunk: float) -> int:
     return n
 
 
+class _Delayer:
+    """SGLang's prefill delayer on one instance (``PrefillDelayer._negotiate_should_allow_prefill``, sglang 0.5.15):
+    ``passes`` is the launch's ``prefill_delay_passes``."""
+
+    def __init__(self, passes: int):
+        self.passes = passes
+        self.delayed = 0                    # passes it has held waiting prompts so far
+        self.max_prefill_bs = 0             # most requests a rank has prefilled in one step so far
+        self.skipped_first = False          # its first slot wait is let pass (skip_first_delayer)
+
+    def prefilled(self, requests: int) -> None:
+        """A rank prefilled ``requests`` requests in one step."""
+        self.max_prefill_bs = max(self.max_prefill_bs, requests)
+
+    def held(self, lanes, plans: list[tuple[int, float]], cap: float) -> float:
+        """Passes it still holds the waiting prompts (0: they run now; ``inf``: until a request finishes), while
+        some rank has sequences to decode; ``cap``: a rank's running requests at most.
+
+        - some ranks, not all, have prompts to prefill ("mixed"): held for at most ``passes`` passes in a row,
+          then allowed ("wait_timeout");
+        - every rank has ("all"): held while the fullest rank's free request slots are fewer than the most
+          requests a rank has prefilled in one step so far ('slot_condition = max_running_requests -
+          global_running_batch_max < global_max_prefill_bs_max'), with no limit on passes, except the first
+          time (``skip_first_delayer``)."""
+        waiting = sum(1 for _, chunk in plans if chunk)
+        if waiting == 0 or not any(ln.batch for ln in lanes):
+            self.delayed = 0
+            return 0
+        if waiting == len(plans):
+            if cap - max(len(ln.batch) for ln in lanes) < self.max_prefill_bs:
+                if self.skipped_first:
+                    return math.inf
+                self.skipped_first = True
+            self.delayed = 0
+            return 0
+        left = self.passes - 1 - self.delayed
+        if left <= 0:
+            self.delayed = 0
+        return max(left, 0)
+
+
 class _Instance:
     """One instance of the serving role: its DP ranks step together (the MoE layers of one step span them all,
     so a step lasts as long as its slowest rank's, and a rank with nothing to do runs an empty step)."""
@@ -101,10 +142,8 @@ class _Instance:
         self.busy_time = 0.0
         self.batch_time = 0.0
         serve = sim.t.spec.serve
-        self.delay = serve.prefill_delay_passes if serve is not None and dp > 1 else None
-        self.delayed = 0                    # passes the prefill delayer has held waiting prompts so far
-        self.max_prefill_bs = 0             # most requests a rank has prefilled in one step so far
-        self.skipped_first = False          # the delayer lets its first slot wait pass (skip_first_delayer)
+        passes = serve.prefill_delay_passes if serve is not None and dp > 1 else None
+        self.delayer = _Delayer(passes) if passes else None
         sim.env.process(self.run())
 
     def notify(self) -> None:
@@ -153,36 +192,6 @@ class _Instance:
                 if q[0].left > 1e-9:
                     lane.batch.append(q[0])
 
-    def _held(self, plans: list[tuple[int, float]]) -> float:
-        """Passes SGLang's prefill delayer still holds the waiting prompts (0: they run now; ``inf``: until a
-        request finishes), while some rank has sequences to decode (``PrefillDelayer._negotiate_should_allow_prefill``,
-        sglang 0.5.15):
-
-        - some ranks, not all, have prompts to prefill ("mixed"): held for at most ``prefill_delay_passes``
-          passes in a row, then allowed ("wait_timeout");
-        - every rank has ("all"): held while the fullest rank's free request slots are fewer than the most
-          requests a rank has prefilled in one step so far ('slot_condition = max_running_requests -
-          global_running_batch_max < global_max_prefill_bs_max'), with no limit on passes, except the first
-          time (``skip_first_delayer``)."""
-        waiting = sum(1 for _, chunk in plans if chunk)
-        if self.delay is None or waiting == 0 or not any(ln.batch for ln in self.lanes):
-            self.delayed = 0
-            return 0
-        if waiting == len(plans):
-            # "all": held, with no limit on passes, while the fullest rank has fewer free request slots than the
-            # most requests a rank has prefilled in one step (slot_condition), but for the first time
-            free = self.sim.cap - max(len(ln.batch) for ln in self.lanes)
-            if free < self.max_prefill_bs:
-                if self.skipped_first:
-                    return math.inf
-                self.skipped_first = True
-            self.delayed = 0
-            return 0
-        left = self.delay - 1 - self.delayed
-        if left <= 0:
-            self.delayed = 0
-        return max(left, 0)
-
     def run(self):
         env, sim = self.sim.env, self.sim
         while True:
@@ -191,7 +200,7 @@ class _Instance:
                 yield self.wake
                 continue
             plans = [self._plan(ln) for ln in self.lanes]
-            held = self._held(plans)
+            held = self.delayer.held(self.lanes, plans, sim.cap) if self.delayer else 0
             if held:                                         # every rank decodes; the prompts wait
                 plans = [(len(ln.batch), 0.0) for ln in self.lanes]
             if any(chunk for _, chunk in plans):             # a step with prefill on some rank
@@ -203,7 +212,8 @@ class _Instance:
                     if b:
                         self._advance(ln, 1)
                     if chunk:
-                        self.max_prefill_bs = max(self.max_prefill_bs, _requests_in(ln.queue, chunk))
+                        if self.delayer:
+                            self.delayer.prefilled(_requests_in(ln.queue, chunk))
                         self._prefilled(ln, chunk)
                 continue
             # decode steps alike on every rank until the next finish, or until woken by an arrival
@@ -219,7 +229,7 @@ class _Instance:
                 yield env.timeout(steps * dt - (env.now - start))
             self.busy_time += steps * dt
             if held:
-                self.delayed += steps
+                self.delayer.delayed += steps
             for ln, (b, _) in zip(self.lanes, plans):
                 self.batch_time += steps * dt * b
                 self._advance(ln, steps)

@@ -687,6 +687,7 @@ def key_numbers() -> dict:
     out.update(_v4_ascend_numbers(held))
     out.update(_window_pool_numbers(held))
     out.update(_low_latency_numbers(held))
+    out.update(_delayer_numbers(held))
     return out
 
 
@@ -733,6 +734,19 @@ def _window_pool_numbers(held: pd.DataFrame) -> dict:
     return {"served_window_runs": len(rows), "served_window_bound": len(caps),
             "served_window_running": f"{math.floor(min(caps))} to {math.floor(max(caps))}",
             "served_window_errors": _error_span(rows["log_error"])}
+
+
+def _delayer_numbers(held: pd.DataFrame) -> dict:
+    """The runs whose launch turns on SGLang's prefill delayer, held out: how many, and the errors of their TPOT
+    and of their output tokens/s, as the validation chapter words them."""
+    from pdcalc.reality.served_runs import get
+
+    rows = held[held["id"].map(lambda i: bool(get(i).spec.serve and get(i).spec.serve.prefill_delay_passes))]
+    if rows.empty:
+        return {}
+    return {"served_delayer_runs": int(rows["id"].nunique()),
+            **{f"served_delayer_{m}": _error_span(rows.loc[rows["metric"] == m, "log_error"])
+               for m in ("tpot_s", "output_tokens_per_s")}}
 
 
 #: The SGLang cookbook's DeepSeek-V4 benchmark table (a document of the served corpus).
