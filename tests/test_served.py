@@ -248,8 +248,7 @@ def test_stored_design_is_what_the_simulation_gives():
         rows = design[design["id"] == rid]
         row = rows.iloc[len(rows) // 2]
         t = cal.tables_of(get(rid))
-        got = simulate(t, ServedTerms(k_decode=row.kd, k_prefill=row.kd * row.rp, host_s=row.kd * row.rh,
-                                      request_s=row.kd * row.rd))
+        got = simulate(t, cal.relative_terms(row.kd, row.rp, row.rh, row.rd))
         for m, v in zip(cal.METRICS, (got.output_tokens_per_s, got.mean_tpot_s, got.mean_ttft_s)):
             assert v == pytest.approx(row[m], rel=1e-5), (rid, m)
 
@@ -305,9 +304,7 @@ def test_held_out_terms_leave_the_document_out(refit):
         assert rows.iloc[0]["request_ms"] == pytest.approx(terms.request_s * 1e3, rel=1e-5, abs=1e-9)
     for _, row in held.iloc[:: max(1, len(held) // 3)].iterrows():
         t = cal.tables_of(by_id[row["id"]])
-        sim = simulate(t, ServedTerms(k_decode=row["k_decode"], k_prefill=row["k_prefill"],
-                                      host_s=row["host_ms"] / 1e3, dp_host_factor=row["dp_host_factor"],
-                                      request_s=row["request_ms"] / 1e3))
+        sim = simulate(t, ServedTerms.from_dict(row))
         got = {"output_tokens_per_s": sim.output_tokens_per_s, "tpot_s": sim.mean_tpot_s,
                "ttft_s": sim.mean_ttft_s}[row["metric"]]
         assert got == pytest.approx(row["predicted"], rel=1e-4)

@@ -177,6 +177,12 @@ def design_points(run) -> list[dict]:
     return simulate_design(tables_of(run), run.id, homogeneous=homogeneous(run))
 
 
+def relative_terms(kd, rp, rh, rd, *, dp_host_factor: float = 1.0, label: str = ServedTerms.label) -> ServedTerms:
+    """Terms at the design's and the fit grid's coordinates: ``k_d``, ``k_p / k_d``, ``h / k_d``, ``delta / k_d``."""
+    return ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh, dp_host_factor=dp_host_factor,
+                       request_s=kd * rd, label=label)
+
+
 def simulate_design(t: ServedTables, run_id: str, *, homogeneous: bool) -> list[dict]:
     """The client simulation of tables ``t`` on the design (see :func:`design_points`)."""
     rows = []
@@ -184,8 +190,7 @@ def simulate_design(t: ServedTables, run_id: str, *, homogeneous: bool) -> list[
         for rp in RP_DESIGN:
             for rh in RH_DESIGN:
                 for rd in RD_DESIGN:
-                    thr, tpot, ttft = client_report(t, ServedTerms(k_decode=kd, k_prefill=kd * rp, host_s=kd * rh,
-                                                                   request_s=kd * rd))
+                    thr, tpot, ttft = client_report(t, relative_terms(kd, rp, rh, rd))
                     rows.append({"id": run_id, "kd": kd, "rp": rp, "rh": rh, "rd": rd,
                                  **{m: round_sig(v, DIGITS) for m, v in zip(METRICS, (thr, tpot, ttft))}})
     return rows
@@ -226,11 +231,9 @@ def fit_axes() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 def grid_terms(index: int, label: str = "grid") -> ServedTerms:
     """Candidate ``index`` of the fit grid: the candidates of :func:`fit_axes`, each at every ``f`` of
     :data:`F_FIT` (the fastest-varying), flattened as :func:`_objective` flattens its loss."""
-    i_kd, i_rp, i_rh, i_rd, i_f = np.unravel_index(index, (len(KD_FIT), len(RP_FIT), len(RH_FIT), len(RD_FIT),
-                                                            len(F_FIT)))
-    kd = KD_FIT[i_kd]
-    return ServedTerms(k_decode=kd, k_prefill=kd * RP_FIT[i_rp], host_s=kd * RH_FIT[i_rh],
-                       dp_host_factor=F_FIT[i_f], request_s=kd * RD_FIT[i_rd], label=label)
+    axes = (KD_FIT, RP_FIT, RH_FIT, RD_FIT, F_FIT)
+    kd, rp, rh, rd, f = (ax[j] for ax, j in zip(axes, np.unravel_index(index, [len(ax) for ax in axes])))
+    return relative_terms(kd, rp, rh, rd, dp_host_factor=f, label=label)
 
 
 def steps_together(spec) -> bool:
@@ -315,8 +318,8 @@ class _Pools:
         self._memo: dict = {}
 
     def pool(self, excluded: frozenset, cls: tuple[str, str, str], fields: tuple[int, ...]) -> tuple:
-        """One pool of class ``cls`` (the fields of :data:`POOLS` it keeps) without the documents ``excluded``:
-        its best index in the fit grid (:func:`grid_terms`; None below :data:`MIN_SOURCES_CHOICES`' least), runs and documents."""
+        """One pool of class ``cls`` (the fields of :data:`POOLS` it keeps) without the documents ``excluded``: its
+        best :func:`grid_terms` index (None below :data:`MIN_SOURCES_CHOICES`' least), runs and documents."""
         key = (excluded, pool_key(cls, fields))
         if key not in self._memo:
             pool = [p for p in self.pts
@@ -328,8 +331,8 @@ class _Pools:
 
     def index(self, excluded: frozenset, cls: tuple[str, str, str], min_sources: int):
         """The fit of class ``cls`` without the documents ``excluded``: on the first pool of :data:`POOLS` whose
-        runs come from at least ``min_sources`` documents (one of :data:`MIN_SOURCES_CHOICES`). Its index in
-        the fit grid (:func:`grid_terms`; None where no pool qualifies), the pool's name and key, its runs and documents."""
+        runs come from at least ``min_sources`` documents (one of :data:`MIN_SOURCES_CHOICES`). Its :func:`grid_terms`
+        index (None where no pool qualifies), the pool's name and key, its runs and documents."""
         if min_sources not in MIN_SOURCES_CHOICES:
             raise ValueError(f"min_sources must be one of {MIN_SOURCES_CHOICES}, got {min_sources!r}")
         for name, fields in POOLS:
@@ -737,11 +740,10 @@ def _window_pool_numbers(held: pd.DataFrame) -> dict:
 
 
 def _delayer_numbers(held: pd.DataFrame) -> dict:
-    """The runs whose launch turns on SGLang's prefill delayer, held out: how many, and the errors of their TPOT
-    and of their output tokens/s, as the validation chapter words them."""
+    """The runs whose launch turns on SGLang's prefill delayer, held out: how many, and their TPOT and output errors."""
     from pdcalc.reality.served_runs import get
 
-    rows = held[held["id"].map(lambda i: bool(get(i).spec.serve and get(i).spec.serve.prefill_delay_passes))]
+    rows = held[held["id"].map(lambda i: bool(getattr(get(i).spec.serve, "prefill_delay_passes", None)))]
     if rows.empty:
         return {}
     return {"served_delayer_runs": int(rows["id"].nunique()),

@@ -14,7 +14,7 @@ from pdcalc.core.precision import round_sig
 from pdcalc.perf.scheduler import simulate
 from pdcalc.perf.served import ServedTerms, served_tables
 from pdcalc.reality.calibration import (DIGITS, H0, METRIC_WEIGHT, METRICS, client_report, fit_axes,
-                                        simulate_design, spec_homogeneous, steps_together, surrogate)
+                                        relative_terms, simulate_design, spec_homogeneous, steps_together, surrogate)
 
 #: Weight of the corpus terms in a one-run calibration: a tie-breaker, so that what one run cannot tell apart
 #: (its prefill factor when it printed no TTFT, say) stays at the corpus's value.
@@ -53,10 +53,8 @@ def calibrate_run(spec, measured: dict[str, float], prior: ServedTerms, *, label
     i = int(np.argmin(obj))
 
     def terms_at(x) -> ServedTerms:             # x: log k_d, log k_p / k_d, log(h / k_d + H0), log(delta / k_d + D0)
-        kd_, rp_ = math.exp(x[0]), math.exp(x[1])
-        rh_, rd_ = max(math.exp(x[2]) - H0, 0.0), max(math.exp(x[3]) - D0, 0.0)
-        return ServedTerms(k_decode=kd_, k_prefill=kd_ * rp_, host_s=kd_ * rh_, dp_host_factor=prior.dp_host_factor,
-                           request_s=kd_ * rd_)
+        return relative_terms(math.exp(x[0]), math.exp(x[1]), max(math.exp(x[2]) - H0, 0.0),
+                              max(math.exp(x[3]) - D0, 0.0), dp_host_factor=prior.dp_host_factor)
 
     x_prior = [math.log(prior.k_decode), math.log(p_rp), math.log(p_rh + H0), math.log(p_rd + D0)]
 
